@@ -1,0 +1,1 @@
+"""Pure parsing of where ranks run: host specs, hostfiles, Slurm hostlists, topology."""

@@ -1,0 +1,1 @@
+"""From a plan to running ranks: planning (pure), executors (local, ssh, mpi), supervision."""
