@@ -1,0 +1,86 @@
+"""The resolved settings of one gcurun invocation.
+
+Precedence is CLI > profile > GCURUN_* environment > defaults, decided in one function
+(:func:`gcurun.config.resolve.resolve_settings`). ``Settings.sources`` records, for each
+dotted key (``np``, ``ssh.port``, ``runtime.cycle_time_ms`` ...), where its value came from:
+``cli``, ``profile:<file>:<line>``, ``env:<VAR>`` or ``default``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gcurun.hosts.api import HostSpec
+
+Accelerator = Literal["gcu", "cuda", "rocm", "ascend", "mlu", "none"]
+BindTo = Literal["none", "core", "socket", "numa"]
+MapBy = Literal["slot", "numa", "socket"]
+HostKeyPolicy = Literal["strict", "accept-new", "off"]
+
+# The variable each accelerator reads to know which devices a process may use.
+DEVICE_VARIABLES: Mapping[str, str | None] = {
+    "gcu": "TOPS_VISIBLE_DEVICES",
+    "cuda": "CUDA_VISIBLE_DEVICES",
+    "rocm": "ROCR_VISIBLE_DEVICES",
+    "ascend": "ASCEND_RT_VISIBLE_DEVICES",
+    "mlu": "MLU_VISIBLE_DEVICES",
+    "none": None,
+}
+
+
+@dataclass(frozen=True)
+class SSHSettings:
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    host_key_policy: HostKeyPolicy = "strict"
+    python: str | None = None          # remote interpreter; None = the launcher's own path
+    timeout: float = 10.0              # seconds to connect and pass the preflight
+    config_file: str | None = "~/.ssh/config"
+    known_hosts: str | None = None     # extra known_hosts file beside ~/.ssh/known_hosts
+
+
+@dataclass(frozen=True)
+class MPISettings:
+    mpirun: str = "mpirun"
+    args: tuple[str, ...] = ()
+    network_interface: str | None = None   # a NAME (eth0) or a CIDR (10.0.0.0/24)
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    backend: str | None = None               # mpi | tcp | None (automatic)
+    fusion_threshold_mb: float = 64.0
+    cycle_time_ms: float = 1.0
+    timeline: str | None = None
+    timeline_mark_cycles: bool = False
+    stall_check_warning_seconds: float = 60.0
+    stall_check_shutdown_seconds: float = 0.0   # 0 disables the shutdown
+    timeout_seconds: float = 300.0              # every blocking wait of a rank
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything one run of gcurun needs besides the command."""
+
+    np: int | None = None
+    hosts: tuple[HostSpec, ...] | None = None   # None = this host only
+    oversubscribe: bool = False
+    accelerator: Accelerator = "gcu"
+    devices: tuple[str, ...] | None = None      # applies to hosts without their own list
+    launcher: Literal["local", "ssh", "mpi"] | None = None  # None = local or ssh by hosts
+    env: Mapping[str, str] = field(default_factory=dict)     # variables to set (-x N=V)
+    forward_env: tuple[str, ...] = ()                        # variables to forward (-x N)
+    bind_to: BindTo = "none"
+    map_by: MapBy = "slot"
+    report_bindings: bool = False
+    output_dir: str | None = None
+    show_ranks: tuple[int, ...] | None = None   # console filter; None = every rank
+    grace_seconds: float = 10.0
+    workdir: str | None = None
+    ssh: SSHSettings = field(default_factory=SSHSettings)
+    mpi: MPISettings = field(default_factory=MPISettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    sources: Mapping[str, str] = field(default_factory=dict)
