@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
+from gcurun.hosts.local import is_local_host
 from gcurun.launch.api import LauncherName, LaunchPlan, RankSpec
 from gcurun.launch.environment import rank_environment
 
@@ -97,12 +98,13 @@ def build_plan(
         raise PlanError("no hosts given; use -H host:slots, --hostfile FILE or a profile")
     counts = assign_ranks(hosts, np, oversubscribe)
     used = [(h, n) for h, n in zip(hosts, counts, strict=True) if n > 0]
-    all_local = all(h.name in local_names for h, _ in used)
+    all_local = all(is_local_host(h.name, local_names) for h, _ in used)
     if launcher is None:
         launcher = "local" if all_local else "ssh"
     if master_addr is None:
         first = used[0][0]
-        master_addr = LOOPBACK if all_local or first.name in local_names else first.name
+        master_addr = LOOPBACK if all_local or is_local_host(first.name, local_names) \
+            else first.name
     cross_sizes = [sum(1 for _, n in used if n > lr) for lr in range(max(counts))]
     ranks: list[RankSpec] = []
     for node_rank, (host, count) in enumerate(used):
@@ -119,7 +121,8 @@ def build_plan(
             ranks.append(RankSpec(
                 rank=len(ranks), local_rank=local_rank, local_size=count,
                 cross_rank=cross_rank, cross_size=cross_sizes[local_rank],
-                node_rank=node_rank, host=host.name, is_local=host.name in local_names,
+                node_rank=node_rank, host=host.name,
+                is_local=is_local_host(host.name, local_names),
                 device=device, argv=tuple(command), env=env))
     return LaunchPlan(
         ranks=tuple(ranks), hosts=tuple(h for h, _ in used), launcher=launcher,
