@@ -1,0 +1,88 @@
+"""Interfaces of the runtime: the reduction ops, the transport protocol every backend
+implements, and the runtime's errors (all :class:`gcurun.errors.CollectiveError`).
+
+The collective algorithms (:mod:`gcurun.runtime.algorithms`) are written once over
+:class:`Transport`; a backend only moves bytes between two ranks.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Protocol
+
+from gcurun.errors import CollectiveError
+
+# Anything exporting the buffer protocol, C-contiguous (numpy arrays, memoryviews, bytearrays).
+Buffer = Any
+
+
+class ReduceOp(enum.IntEnum):
+    """How allreduce and reducescatter combine tensors; values match Horovod's."""
+
+    AVERAGE = 0
+    SUM = 1
+    ADASUM = 2
+    MIN = 3
+    MAX = 4
+    PRODUCT = 5
+
+    @property
+    def title(self) -> str:
+        return self.name.capitalize()
+
+
+class Transport(Protocol):
+    """Ordered, reliable byte messages between two ranks of one job.
+
+    Message sizes are known to both sides in advance (the algorithms agree on them), so
+    a transport sends no lengths. Messages between one pair of ranks arrive in the order
+    they were sent. Every blocking call gives up after the transport's timeout without
+    progress and raises :class:`CollectiveTimeout`; a peer that died makes it raise
+    :class:`PeerFailureError`. Zero-byte buffers are no-ops on both sides.
+    """
+
+    rank: int
+    size: int
+
+    def send(self, buf: Buffer, dest: int) -> None:
+        """Send all of ``buf`` to ``dest``; returns when ``buf`` may be reused."""
+
+    def recv(self, buf: Buffer, source: int) -> None:
+        """Fill all of the writable ``buf`` with the next bytes from ``source``."""
+
+    def sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int) -> None:
+        """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf`` from ``source``,
+        overlapped, so that rings of ranks never deadlock."""
+
+    def close(self) -> None:
+        """Release connections and threads. Idempotent."""
+
+
+class NotInitializedError(CollectiveError, ValueError):
+    """A runtime function was called before ``init()`` or after ``shutdown()``."""
+
+    def __init__(self, what: str):
+        super().__init__(f"{what}: gcurun.runtime is not initialized; call "
+                         "gcurun.runtime.init() first")
+
+
+class MismatchError(CollectiveError):
+    """Ranks called one collective with different shapes, dtypes, ops or roots.
+
+    Raised on every rank with the same message.
+    """
+
+
+class ArgumentError(CollectiveError, ValueError):
+    """A rank passed invalid arguments to a collective (a bad root, splits or dtype).
+
+    Raised on every rank, so that no rank waits for a call its peers abandoned.
+    """
+
+
+class PeerFailureError(CollectiveError):
+    """A peer died, closed its connections, or the job was aborted."""
+
+
+class CollectiveTimeout(CollectiveError):
+    """No progress from a peer within the configured timeout."""

@@ -1,0 +1,328 @@
+"""The collectives of one initialized runtime: arguments checked, ranks negotiated, data
+moved by :mod:`gcurun.runtime.algorithms` over the backend's transport."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import pickle
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from gcurun.runtime import algorithms as alg
+from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Transport
+from gcurun.runtime.dtypes import (
+    UFUNCS,
+    as_array,
+    average,
+    check_reduce,
+    dtype_code,
+    flat_contiguous,
+    scale,
+)
+from gcurun.runtime.negotiate import INLINE_CAPACITY, Negotiator, OpKind, Request, title
+
+
+class Communicator:
+    """Horovod's collectives on numpy arrays (or any buffer) over one transport.
+
+    Calls from several threads are serialized. After a peer failure or a timeout the
+    communicator refuses further calls: call ``shutdown()`` and ``init()`` again.
+    """
+
+    def __init__(self, transport: Transport, chunk_bytes: int):
+        self.transport = transport
+        self.rank = transport.rank
+        self.size = transport.size
+        self.chunk_bytes = chunk_bytes
+        self.negotiator = Negotiator(transport, chunk_bytes)
+        self._chunks: dict[np.dtype, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self._failure: str | None = None
+
+    # -- reductions ---------------------------------------------------------------------
+
+    def allreduce(self, tensor: Any, op: ReduceOp = ReduceOp.AVERAGE,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                  name: str | None = None, inplace: bool = False) -> np.ndarray:
+        """The reduction of ``tensor`` over all ranks, same shape and dtype."""
+        arr = as_array(tensor)
+        op, error = _reduce_op(op)
+        error = error or _reduce_error(arr, op, prescale_factor, postscale_factor)
+        request = Request(OpKind.ALLREDUCE, name, arr.dtype, arr.shape, op, error=error)
+        src = flat_contiguous(arr)
+        out = src if inplace else np.empty_like(src)
+        if prescale_factor != 1.0 and error is None:
+            if out is not src:
+                out[...] = src
+            scale(out, prescale_factor)
+            src = out
+        inline = src if src.nbytes <= INLINE_CAPACITY and error is None else None
+        with self._call(request):
+            agreement = self.negotiator.negotiate(request, inline)
+            ufunc = UFUNCS[op]
+            if agreement.all_inline:
+                blocks = [agreement.inline(i, arr.dtype, len(src)) for i in range(self.size)]
+                alg.reduce_blocks(ufunc, blocks, out)
+            else:
+                alg.ring_allreduce(self.transport, src, out, ufunc, self._chunk(arr.dtype))
+        _finish_reduction(out, op, self.size, postscale_factor)
+        return _deliver(arr, out, inplace)
+
+    def reducescatter(self, tensor: Any, op: ReduceOp = ReduceOp.AVERAGE,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      name: str | None = None) -> np.ndarray:
+        """Rank r's rows of the reduction: the first dimension split as evenly as
+        possible, the lower ranks taking one row more."""
+        arr = as_array(tensor)
+        op, error = _reduce_op(op)
+        error = error or _reduce_error(arr, op, prescale_factor, postscale_factor) \
+            or _rows_error(arr)
+        request = Request(OpKind.REDUCESCATTER, name, arr.dtype, arr.shape, op, error=error)
+        src = flat_contiguous(arr)
+        if prescale_factor != 1.0 and error is None:
+            src = src.copy()
+            scale(src, prescale_factor)
+        rows = alg.even_counts(arr.shape[0] if arr.ndim else 0, self.size)
+        row = math.prod(arr.shape[1:])
+        counts = [n * row for n in rows]
+        out = np.empty((rows[self.rank],) + arr.shape[1:], arr.dtype)
+        with self._call(request):
+            self.negotiator.negotiate(request)
+            scratch = np.empty(max(counts), arr.dtype)
+            alg.reduce_scatter(self.transport, src, counts, out.reshape(-1), UFUNCS[op],
+                               self._chunk(arr.dtype), scratch)
+        _finish_reduction(out, op, self.size, postscale_factor)
+        return out
+
+    # -- data movement ------------------------------------------------------------------
+
+    def allgather(self, tensor: Any, name: str | None = None) -> np.ndarray:
+        """Every rank's tensor concatenated along the first dimension (which may differ
+        between ranks)."""
+        arr = as_array(tensor)
+        error = _dtype_error(arr) or _rows_error(arr)
+        rows = arr.shape[0] if arr.ndim else 0
+        request = Request(OpKind.ALLGATHER, name, arr.dtype, arr.shape, varying=rows,
+                          error=error)
+        src = flat_contiguous(arr)
+        inline = src if src.nbytes <= INLINE_CAPACITY and error is None else None
+        with self._call(request):
+            agreement = self.negotiator.negotiate(request, inline)
+            all_rows = [agreement.varying(i) for i in range(self.size)]
+            row = math.prod(arr.shape[1:])
+            out = np.empty((sum(all_rows),) + arr.shape[1:], arr.dtype)
+            flat = out.reshape(-1)
+            segments = alg.to_segments([n * row for n in all_rows])
+            if agreement.all_inline:
+                for i, (offset, length) in enumerate(segments):
+                    flat[offset:offset + length] = agreement.inline(i, arr.dtype, length)
+            else:
+                offset, length = segments[self.rank]
+                flat[offset:offset + length] = src
+                alg.ring_allgather(self.transport, flat, segments, self._chunk_len(arr.dtype))
+        return out
+
+    def broadcast(self, tensor: Any, root_rank: int, name: str | None = None,
+                  inplace: bool = False) -> np.ndarray:
+        """``root_rank``'s tensor on every rank."""
+        arr = as_array(tensor)
+        error = _dtype_error(arr) or self._root_error(root_rank)
+        request = Request(OpKind.BROADCAST, name, arr.dtype, arr.shape, root=root_rank,
+                          error=error)
+        is_root = self.rank == root_rank
+        if inplace:
+            flat = flat_contiguous(arr)
+        else:
+            flat = np.array(arr, copy=True).reshape(-1) if is_root else np.empty(arr.size,
+                                                                                 arr.dtype)
+        inline = flat if is_root and flat.nbytes <= INLINE_CAPACITY and error is None else None
+        with self._call(request):
+            agreement = self.negotiator.negotiate(request, inline)
+            if agreement.all_inline:
+                if not is_root:
+                    flat[...] = agreement.inline(root_rank, arr.dtype, len(flat))
+            else:
+                alg.broadcast(self.transport, flat, root_rank, self._chunk_len(arr.dtype))
+        return _deliver(arr, flat, inplace)
+
+    def alltoall(self, tensor: Any, splits: Sequence[int] | np.ndarray | None = None,
+                 name: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Send rows ``splits[j]`` of ``tensor`` (in order) to rank j; return the rows
+        received from every rank concatenated in rank order, and how many came from each."""
+        arr = as_array(tensor)
+        send_rows, error = _splits(arr, splits, self.size)
+        error = _dtype_error(arr) or _rows_error(arr) or error
+        request = Request(OpKind.ALLTOALL, name, arr.dtype, arr.shape,
+                          varying=arr.shape[0] if arr.ndim else 0, error=error)
+        p, r = self.size, self.rank
+        inline = send_rows if send_rows.nbytes <= INLINE_CAPACITY and error is None else None
+        with self._call(request):
+            agreement = self.negotiator.negotiate(request, inline)
+            if agreement.all_inline:
+                recv_rows = np.array([agreement.inline(j, send_rows.dtype, p)[r]
+                                      for j in range(p)], np.int64)
+            else:
+                recv_rows = np.empty(p, np.int64)
+                ones = alg.to_segments([1] * p)
+                alg.pairwise_alltoall(self.transport, send_rows, ones, recv_rows, ones, 1)
+            row = math.prod(arr.shape[1:])
+            out = np.empty((int(recv_rows.sum()),) + arr.shape[1:], arr.dtype)
+            alg.pairwise_alltoall(self.transport, flat_contiguous(arr),
+                                  alg.to_segments([int(n) * row for n in send_rows]),
+                                  out.reshape(-1),
+                                  alg.to_segments([int(n) * row for n in recv_rows]),
+                                  self._chunk_len(arr.dtype))
+        return out, recv_rows
+
+    def barrier(self) -> None:
+        """Return once every rank has called barrier."""
+        request = Request(OpKind.BARRIER, None)
+        with self._call(request):
+            self.negotiator.negotiate(request)
+
+    # -- Python objects (pickled; never used for tensors) ---------------------------------
+
+    def broadcast_object(self, obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
+        is_root = self.rank == root_rank
+        payload = pickle.dumps(obj) if is_root else b""
+        request = Request(OpKind.BROADCAST_OBJECT, name, root=root_rank, varying=len(payload),
+                          error=self._root_error(root_rank))
+        data = np.frombuffer(payload, np.uint8)
+        inline = data if is_root and len(payload) <= INLINE_CAPACITY else None
+        with self._call(request):
+            agreement = self.negotiator.negotiate(request, inline)
+            if is_root:
+                if not agreement.all_inline:
+                    alg.broadcast(self.transport, data.copy(), root_rank, self.chunk_bytes)
+                return obj
+            length = agreement.varying(root_rank)
+            if agreement.all_inline:
+                received = agreement.inline(root_rank, data.dtype, length).copy()
+            else:
+                received = np.empty(length, np.uint8)
+                alg.broadcast(self.transport, received, root_rank, self.chunk_bytes)
+        return pickle.loads(received)
+
+    def allgather_object(self, obj: Any, name: str | None = None) -> list[Any]:
+        payload = np.frombuffer(pickle.dumps(obj), np.uint8)
+        request = Request(OpKind.ALLGATHER_OBJECT, name, varying=len(payload))
+        inline = payload if len(payload) <= INLINE_CAPACITY else None
+        with self._call(request):
+            agreement = self.negotiator.negotiate(request, inline)
+            lengths = [agreement.varying(i) for i in range(self.size)]
+            segments = alg.to_segments(lengths)
+            if agreement.all_inline:
+                pieces = [agreement.inline(i, payload.dtype, n).tobytes()
+                          for i, n in enumerate(lengths)]
+            else:
+                out = np.empty(sum(lengths), np.uint8)
+                offset, length = segments[self.rank]
+                out[offset:offset + length] = payload
+                alg.ring_allgather(self.transport, out, segments, self.chunk_bytes)
+                pieces = [out[o:o + n].tobytes() for o, n in segments]
+        return [pickle.loads(piece) for piece in pieces]
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _call(self, request: Request) -> Iterator[None]:
+        """Serialize calls, and turn a transport failure into an error naming the call;
+        the communicator is unusable afterwards (its peers' streams may be mid-message)."""
+        label = title(request.kind, request.name)
+        with self._lock:
+            if self._failure is not None:
+                raise PeerFailureError(f"{label}: the job failed earlier ({self._failure}); "
+                                       "call shutdown() and init() to start again")
+            try:
+                yield
+            except (PeerFailureError, CollectiveTimeout) as exc:
+                self._failure = str(exc)
+                abort = getattr(self.transport, "abort", None)
+                if abort is not None:
+                    abort(f"rank {self.rank}: {label}: {exc}")
+                raise type(exc)(f"{label}: {exc}") from None
+
+    def _chunk_len(self, dtype: np.dtype) -> int:
+        return max(1, self.chunk_bytes // max(dtype.itemsize, 1))
+
+    def _chunk(self, dtype: np.dtype) -> np.ndarray:
+        """A reusable receive buffer of one chunk of ``dtype``."""
+        chunk = self._chunks.get(dtype)
+        if chunk is None:
+            chunk = self._chunks[dtype] = np.empty(self._chunk_len(dtype), dtype)
+        return chunk
+
+    def _root_error(self, root: int) -> str | None:
+        if isinstance(root, (int, np.integer)) and 0 <= root < self.size:
+            return None
+        return f"root_rank={root!r} is not a rank of this job; use 0..{self.size - 1}"
+
+
+def _dtype_error(arr: np.ndarray) -> str | None:
+    try:
+        dtype_code(arr.dtype)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _reduce_op(op: Any) -> tuple[ReduceOp, str | None]:
+    try:
+        return ReduceOp(op), None
+    except ValueError:
+        return ReduceOp.SUM, (f"op={op!r} is not a reduce op; use Average, Sum, Min, Max or "
+                              "Product")
+
+
+def _reduce_error(arr: np.ndarray, op: ReduceOp, prescale: float,
+                  postscale: float) -> str | None:
+    try:
+        dtype_code(arr.dtype)
+        check_reduce(op, arr.dtype, prescale != 1.0 or postscale != 1.0)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _rows_error(arr: np.ndarray) -> str | None:
+    if arr.ndim == 0:
+        return "a 0-d tensor has no first dimension; reshape it to (1,)"
+    return None
+
+
+def _splits(arr: np.ndarray, splits: Any, size: int) -> tuple[np.ndarray, str | None]:
+    """This rank's send counts per destination, or an error message."""
+    rows = arr.shape[0] if arr.ndim else 0
+    if splits is None:
+        if rows % size:
+            return np.zeros(size, np.int64), (
+                f"without splits the first dimension ({rows}) must divide evenly among "
+                f"{size} ranks; pass splits=[rows for rank 0, rank 1, ...]")
+        return np.full(size, rows // size, np.int64), None
+    counts = np.asarray(splits).reshape(-1)
+    if counts.dtype.kind not in "iu" or len(counts) != size or (counts < 0).any() \
+            or int(counts.sum()) != rows:
+        return np.zeros(size, np.int64), (
+            f"splits={counts.tolist()} must be {size} non-negative integers (one per rank) "
+            f"summing to the first dimension ({rows})")
+    return counts.astype(np.int64), None
+
+
+def _finish_reduction(out: np.ndarray, op: ReduceOp, size: int, postscale: float) -> None:
+    if op == ReduceOp.AVERAGE:
+        average(out, size, postscale)
+    else:
+        scale(out, postscale)
+
+
+def _deliver(arr: np.ndarray, flat: np.ndarray, inplace: bool) -> np.ndarray:
+    """Shape the result like ``arr``; in-place calls write it back into ``arr``."""
+    result = flat.reshape(arr.shape)
+    if inplace and not np.may_share_memory(result, arr):
+        arr[...] = result
+        return arr
+    return arr if inplace else result

@@ -1,0 +1,84 @@
+"""The dtypes collectives accept, how each reduction combines them, and buffer handling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gcurun.runtime.api import ReduceOp
+
+# Wire codes of the supported dtypes. The order is part of the protocol between ranks.
+DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(t) for t in (
+    np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+    np.uint64, np.float16, np.float32, np.float64, np.longdouble, np.complex64,
+    np.complex128, np.clongdouble,
+))
+DTYPE_CODES: dict[np.dtype, int] = {dt: code for code, dt in enumerate(DTYPES)}
+NO_DTYPE = 255
+
+UFUNCS: dict[ReduceOp, np.ufunc] = {
+    ReduceOp.AVERAGE: np.add,
+    ReduceOp.SUM: np.add,
+    ReduceOp.MIN: np.minimum,
+    ReduceOp.MAX: np.maximum,
+    ReduceOp.PRODUCT: np.multiply,
+}
+
+
+def dtype_code(dtype: np.dtype) -> int:
+    """The wire code of ``dtype``; raises ValueError naming the supported dtypes."""
+    code = DTYPE_CODES.get(dtype)
+    if code is None:
+        raise ValueError(f"dtype {dtype.str} ({dtype}) is not supported; use a native-endian "
+                         "bool, integer, float or complex dtype "
+                         f"({', '.join(d.name for d in DTYPES)})")
+    return code
+
+
+def dtype_name(code: int) -> str:
+    return DTYPES[code].name if code < len(DTYPES) else "unsupported"
+
+
+def as_array(obj: Any) -> np.ndarray:
+    """A numpy view of ``obj`` when it exports a buffer (so in-place ops write through),
+    else a new array (lists, Python scalars)."""
+    if isinstance(obj, np.ndarray):
+        return obj
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        return np.asarray(obj)
+    return np.asarray(view)
+
+
+def flat_contiguous(arr: np.ndarray) -> np.ndarray:
+    """A 1-D C-contiguous view of ``arr`` (a copy only when ``arr`` is not contiguous)."""
+    return np.ascontiguousarray(arr).reshape(-1)
+
+
+def check_reduce(op: ReduceOp, dtype: np.dtype, scaled: bool) -> None:
+    """Raise ValueError when ``op`` or scaling makes no sense for ``dtype``."""
+    if op is ReduceOp.ADASUM:
+        raise ValueError("op=Adasum is not supported by gcurun; use Average or Sum")
+    if dtype.kind == "b" and (op is ReduceOp.AVERAGE or scaled):
+        raise ValueError("bool tensors reduce with Sum/Max (logical or) or Product/Min "
+                         "(logical and); Average and scale factors need a numeric dtype")
+    if dtype.kind == "c" and op in (ReduceOp.MIN, ReduceOp.MAX):
+        raise ValueError(f"op={op.title} has no order on complex dtype {dtype}; "
+                         "reduce the real and imaginary parts separately")
+
+
+def scale(arr: np.ndarray, factor: float) -> None:
+    """Multiply ``arr`` in place; integer dtypes compute in float64 and truncate."""
+    if factor != 1.0:
+        np.multiply(arr, factor, out=arr, casting="unsafe")
+
+
+def average(arr: np.ndarray, size: int, postscale: float) -> None:
+    """Turn a sum into an average in place (integer dtypes: floor division)."""
+    if arr.dtype.kind in "iu":
+        np.floor_divide(arr, size, out=arr)
+        scale(arr, postscale)
+    else:
+        scale(arr, postscale / size)

@@ -1,0 +1,212 @@
+"""Every environment variable the runtime reads, parsed in one place.
+
+:func:`parse_runtime_env` is pure (a mapping in, a frozen record out);
+:func:`read_runtime_env` applies it to ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from gcurun.errors import UsageError
+
+BackendName = Literal["mpi", "tcp", "local"]
+BACKENDS: tuple[BackendName, ...] = ("mpi", "tcp", "local")
+
+DEFAULT_TIMEOUT_SECONDS = 300.0
+DEFAULT_CHUNK_BYTES = 1 << 20
+
+# Variables that MPI launchers (mpirun of Open MPI, MPICH/Hydra, Intel MPI, MVAPICH,
+# srun with PMI/PMIx) set on every rank they start.
+MPI_LAUNCHER_VARIABLES = (
+    "OMPI_COMM_WORLD_SIZE",
+    "PMIX_RANK",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALNRANKS",
+    "MV2_COMM_WORLD_SIZE",
+)
+
+
+@dataclass(frozen=True)
+class RankFacts:
+    """Who a rank is, as gcurun's launcher told it (GCURUN_RANK ... GCURUN_HOSTNAME)."""
+
+    rank: int
+    size: int
+    local_rank: int | None = None
+    local_size: int | None = None
+    cross_rank: int | None = None
+    cross_size: int | None = None
+    hostname: str | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeEnv:
+    backend: BackendName | None = None            # GCURUN_BACKEND; None = automatic
+    facts: RankFacts | None = None                # None when GCURUN_RANK/SIZE are absent
+    rendezvous: tuple[str, int] | None = None     # GCURUN_RENDEZVOUS
+    secret: bytes | None = None                   # GCURUN_SECRET (hex)
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    under_mpi_launcher: bool = False              # started by mpirun/mpiexec/srun
+    cma: bool = True                              # GCURUN_CMA: same-host single-copy reads
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES        # GCURUN_CHUNK_BYTES: ring pipeline chunk
+    # Knobs of the background engine (read here so that all variables live in one module).
+    fusion_threshold_mb: float = 64.0
+    cycle_time_ms: float = 1.0
+    timeline: str | None = None
+
+
+def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
+    """Read the runtime's variables from ``environ``.
+
+    Raises :class:`gcurun.errors.UsageError` naming the variable, its value and the rule.
+    """
+    backend = _backend(environ.get("GCURUN_BACKEND"))
+    secret_hex = _text(environ, "GCURUN_SECRET")
+    return RuntimeEnv(
+        backend=backend,
+        facts=_facts(environ),
+        rendezvous=_address(environ.get("GCURUN_RENDEZVOUS")),
+        secret=_secret(secret_hex) if secret_hex is not None else None,
+        timeout_seconds=_positive(environ, "GCURUN_TIMEOUT_SECONDS", DEFAULT_TIMEOUT_SECONDS),
+        under_mpi_launcher=_under_mpi_launcher(environ),
+        cma=_flag(environ, "GCURUN_CMA", True),
+        chunk_bytes=int(_positive(environ, "GCURUN_CHUNK_BYTES", DEFAULT_CHUNK_BYTES)),
+        fusion_threshold_mb=_non_negative(environ, "GCURUN_FUSION_THRESHOLD_MB", 64.0),
+        cycle_time_ms=_positive(environ, "GCURUN_CYCLE_TIME_MS", 1.0),
+        timeline=_text(environ, "GCURUN_TIMELINE"),
+    )
+
+
+def read_runtime_env() -> RuntimeEnv:
+    return parse_runtime_env(os.environ)
+
+
+def parse_address(text: str, what: str = "GCURUN_RENDEZVOUS") -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` -> (host, port)."""
+    host, sep, port_text = text.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError(f"{what}={text!r}: expected HOST:PORT with a port 1-65535, "
+                         "such as 10.0.0.1:29400 or [fe80::1]:29400")
+    return host, int(port_text)
+
+
+def _text(environ: Mapping[str, str], name: str) -> str | None:
+    value = environ.get(name)
+    return value if value else None
+
+
+def _backend(value: str | None) -> BackendName | None:
+    if not value:
+        return None
+    lowered = value.strip().lower()
+    for name in BACKENDS:
+        if lowered == name:
+            return name
+    raise UsageError(f"GCURUN_BACKEND={value!r}: unknown backend; use one of "
+                     f"{', '.join(BACKENDS)} or unset it to choose automatically")
+
+
+def _int(environ: Mapping[str, str], name: str, minimum: int) -> int | None:
+    value = environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        raise UsageError(f"{name}={value!r}: expected an integer >= {minimum}")
+    return number
+
+
+def _facts(environ: Mapping[str, str]) -> RankFacts | None:
+    rank = _int(environ, "GCURUN_RANK", 0)
+    size = _int(environ, "GCURUN_SIZE", 1)
+    if rank is None and size is None:
+        return None
+    if rank is None or size is None:
+        missing = "GCURUN_SIZE" if size is None else "GCURUN_RANK"
+        raise UsageError(f"{missing} is unset while its twin is set; the launcher sets both "
+                         "(start the job with gcurun, or unset both to run alone)")
+    if rank >= size:
+        raise UsageError(f"GCURUN_RANK={rank} is not below GCURUN_SIZE={size}")
+    local_rank = _int(environ, "GCURUN_LOCAL_RANK", 0)
+    local_size = _int(environ, "GCURUN_LOCAL_SIZE", 1)
+    if local_rank is not None and local_size is not None and local_rank >= local_size:
+        raise UsageError(f"GCURUN_LOCAL_RANK={local_rank} is not below "
+                         f"GCURUN_LOCAL_SIZE={local_size}")
+    return RankFacts(
+        rank=rank,
+        size=size,
+        local_rank=local_rank,
+        local_size=local_size,
+        cross_rank=_int(environ, "GCURUN_CROSS_RANK", 0),
+        cross_size=_int(environ, "GCURUN_CROSS_SIZE", 1),
+        hostname=_text(environ, "GCURUN_HOSTNAME"),
+    )
+
+
+def _address(value: str | None) -> tuple[str, int] | None:
+    return parse_address(value) if value else None
+
+
+def _secret(value: str) -> bytes:
+    try:
+        secret = bytes.fromhex(value.strip())
+    except ValueError:
+        secret = b""
+    if len(secret) < 16:
+        raise UsageError("GCURUN_SECRET is not a hex string of at least 16 bytes; the "
+                         "launcher sets it (its value is not shown here)")
+    return secret
+
+
+def _number(environ: Mapping[str, str], name: str, default: float) -> float:
+    value = environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise UsageError(f"{name}={value!r}: not a number") from None
+
+
+def _positive(environ: Mapping[str, str], name: str, default: float) -> float:
+    number = _number(environ, name, default)
+    if not number > 0:
+        raise UsageError(f"{name}={environ.get(name)!r}: must be greater than 0")
+    return number
+
+
+def _non_negative(environ: Mapping[str, str], name: str, default: float) -> float:
+    number = _number(environ, name, default)
+    if not number >= 0:
+        raise UsageError(f"{name}={environ.get(name)!r}: must be 0 or more")
+    return number
+
+
+def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    value = environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise UsageError(f"{name}={value!r}: expected 1/0, true/false, yes/no or on/off")
+
+
+def _under_mpi_launcher(environ: Mapping[str, str]) -> bool:
+    if any(environ.get(name) for name in MPI_LAUNCHER_VARIABLES):
+        return True
+    # srun sets the step's task count on every task it starts.
+    return bool(environ.get("SLURM_STEP_ID")) and _int(environ, "SLURM_STEP_NUM_TASKS", 0) \
+        not in (None, 0, 1)
