@@ -1,0 +1,137 @@
+"""The ``mpi`` backend: the transport over mpi4py point-to-point calls on raw buffers.
+
+Only buffer calls (``Send``/``Irecv``/``Isend``) are used, never the lowercase pickling
+ones. Waits poll ``Testall`` instead of blocking in ``Waitall`` so that a rank that never
+arrives becomes a :class:`CollectiveTimeout` rather than a hang; the poll spins briefly,
+then yields the CPU, then sleeps, so oversubscribed jobs still progress.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
+from gcurun.runtime.env import RankFacts
+
+TAG = 0x6763
+# Messages up to this size complete eagerly in every MPI we know; a blocking Send of one
+# cannot wait for the receiver.
+EAGER_BYTES = 1024
+# MPI counts are C ints: larger messages go in pieces (both sides split the same way).
+PIECE_BYTES = 1 << 30
+SPINS = 200
+YIELD_SECONDS = 0.002
+
+
+class MPITransport:
+    """Point-to-point on a private duplicate of ``comm``."""
+
+    def __init__(self, comm: Any, timeout_seconds: float):
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self._byte = MPI.BYTE
+        self.comm = comm.Dup()
+        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.timeout = timeout_seconds
+
+    def send(self, buf: Buffer, dest: int) -> None:
+        self._transfer(buf, dest, None, dest)
+
+    def recv(self, buf: Buffer, source: int) -> None:
+        self._transfer(None, source, buf, source)
+
+    def sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int) -> None:
+        self._transfer(sendbuf, dest, recvbuf, source)
+
+    def _transfer(self, sendbuf: Buffer | None, dest: int, recvbuf: Buffer | None,
+                  source: int) -> None:
+        send_bytes = 0 if sendbuf is None else sendbuf.nbytes
+        recv_bytes = 0 if recvbuf is None else recvbuf.nbytes
+        if send_bytes > PIECE_BYTES or recv_bytes > PIECE_BYTES:
+            self._transfer_pieces(sendbuf, dest, recvbuf, source)
+            return
+        comm, byte = self.comm, self._byte
+        try:
+            requests = []
+            if recv_bytes:
+                requests.append(comm.Irecv([recvbuf, byte], source, TAG))
+            if send_bytes:
+                if send_bytes <= EAGER_BYTES:
+                    comm.Send([sendbuf, byte], dest, TAG)
+                else:
+                    requests.append(comm.Isend([sendbuf, byte], dest, TAG))
+            if requests and not self._mpi.Request.Testall(requests):
+                self._wait(requests, dest if send_bytes else None,
+                           source if recv_bytes else None)
+        except self._mpi.Exception as exc:
+            raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
+                                   f"{source if recv_bytes else dest}: {exc}") from None
+
+    def _transfer_pieces(self, sendbuf: Buffer | None, dest: int, recvbuf: Buffer | None,
+                         source: int) -> None:
+        send = memoryview(sendbuf).cast("B") if sendbuf is not None else memoryview(b"")
+        recv = memoryview(recvbuf).cast("B") if recvbuf is not None else memoryview(
+            bytearray())
+        for start in range(0, max(len(send), len(recv)), PIECE_BYTES):
+            stop = start + PIECE_BYTES
+            self._transfer(send[start:stop], dest, recv[start:stop], source)
+
+    def _wait(self, requests: list, dest: int | None, source: int | None) -> None:
+        test_all = self._mpi.Request.Testall
+        for _ in range(SPINS):
+            if test_all(requests):
+                return
+        start = time.monotonic()
+        deadline = start + self.timeout
+        while not test_all(requests):
+            now = time.monotonic()
+            if now > deadline:
+                raise CollectiveTimeout(self._stalled(dest, source))
+            if now - start < YIELD_SECONDS:
+                os.sched_yield()
+            else:
+                time.sleep(min(0.001, (now - start) / 20))
+
+    def _stalled(self, dest: int | None, source: int | None) -> str:
+        peers = sorted({p for p in (dest, source) if p is not None})
+        names = " and ".join(f"rank {p}" for p in peers)
+        return (f"no progress for {self.timeout:g} s waiting for {names}; it may be stuck, "
+                "dead or not calling this collective (set GCURUN_TIMEOUT_SECONDS to wait "
+                "longer)")
+
+    def close(self) -> None:
+        comm, self.comm = self.comm, None
+        if comm is not None:
+            try:
+                comm.Free()
+            except self._mpi.Exception:
+                pass
+
+
+def mpi_topology(comm: Any, facts: RankFacts | None) -> tuple[int, int, int, int]:
+    """(local_rank, local_size, cross_rank, cross_size) of this rank of ``comm``.
+
+    gcurun's launcher's own numbers win when they describe this very communicator
+    (its hosts may share one kernel in tests); otherwise ranks are grouped by the shared
+    memory they can reach.
+    """
+    from mpi4py import MPI
+
+    # The same decision on every rank: Split_type and Split are collective.
+    same_as_world = MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+    if facts is not None and same_as_world and facts.local_rank is not None \
+            and facts.local_size is not None and facts.cross_rank is not None \
+            and facts.cross_size is not None:
+        return facts.local_rank, facts.local_size, facts.cross_rank, facts.cross_size
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    local_rank, local_size = local.Get_rank(), local.Get_size()
+    local.Free()
+    cross = comm.Split(color=local_rank, key=comm.Get_rank())
+    cross_rank, cross_size = cross.Get_rank(), cross.Get_size()
+    cross.Free()
+    return local_rank, local_size, cross_rank, cross_size
