@@ -1,0 +1,432 @@
+"""The ``tcp`` backend: ranks connect to each other directly, found through the rendezvous.
+
+- Every rank listens on TCP (on its address on the route to the rendezvous) and, for
+  peers of the same host, on an abstract Unix socket; the lower rank of a pair connects,
+  on first use. Each connection starts with the HMAC handshake of :mod:`gcurun.runtime.wire`;
+  strangers and garbage are logged and dropped without disturbing the job.
+- Between ranks of one host that can read each other's memory (proven with a token,
+  :mod:`gcurun.runtime.cma`), a large message travels as a 16-byte descriptor; the
+  receiver copies the data straight out of the sender's buffer and acknowledges.
+- Sockets are non-blocking; one loop moves sends and receives together, so a ring of
+  ranks never deadlocks and a wait without progress ends in a timeout.
+- An abort from the rendezvous (a rank failed or died) shuts every connection down, so a
+  rank blocked in a collective raises within milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import select
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+from gcurun.runtime import wire
+from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
+from gcurun.runtime.cma import CrossMemory, address_of
+from gcurun.runtime.rendezvous_client import RendezvousClient
+
+log = logging.getLogger("gcurun.runtime.tcp")
+
+PEER_LABEL = b"gcurun-peer"
+CONNECT_EXTRA = struct.Struct("<IIB")      # connector's rank, generation, "I can read you"
+ACCEPT_EXTRA = struct.Struct("<IB")        # acceptor's rank, "I can read you"
+DESCRIPTOR = struct.Struct("<QQ")          # address, bytes
+ACK = b"\x06"
+CMA_MIN_BYTES = 128 << 10
+SOCKET_BUFFER_BYTES = 4 << 20
+HANDSHAKE_SECONDS = 10.0
+POLL_IN, POLL_OUT = select.POLLIN, select.POLLOUT
+POLL_ERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
+
+
+class _Link:
+    """A connection to one peer and what each side may read of the other's memory."""
+
+    __slots__ = ("sock", "peer", "pid", "pull", "pushed", "sends", "recvs")
+
+    def __init__(self, sock: socket.socket, peer: int, pid: int, pull: bool, pushed: bool):
+        self.sock = sock
+        self.peer = peer
+        self.pid = pid
+        self.pull = pull          # large messages from the peer arrive as descriptors
+        self.pushed = pushed      # the peer reads our large messages itself
+        self.sends: list[list[Any]] = []     # [view, position, then] in order
+        self.recvs: list[list[Any]] = []
+
+
+class TCPTransport:
+    """Point-to-point between the ranks of one generation of a ``tcp`` job."""
+
+    def __init__(self, *, rank: int, size: int, generation: int, hostname: str,
+                 rendezvous: tuple[str, int], secret: bytes, timeout: float, cma: bool):
+        self.rank, self.size = rank, size
+        self.generation = generation
+        self.hostname = hostname
+        self.timeout = timeout
+        self._secret = secret
+        self._cma = CrossMemory(enabled=cma)
+        self._client = RendezvousClient(rendezvous, secret, timeout, self._aborted_by)
+        self._links: dict[int, _Link] = {}
+        self._ready = threading.Condition()
+        self._peers: list[dict] | None = None
+        self._abort: str | None = None
+        self._closing = False
+        self._listeners: list[socket.socket] = []
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._acceptor: threading.Thread | None = None
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def start(self) -> list[dict]:
+        """Join the job: rendezvous, listen, learn every rank's addresses."""
+        local_ip = self._client.connect()
+        info: dict[str, Any] = {"rank": self.rank, "host": self.hostname, "pid": os.getpid(),
+                                "cma": self._cma.advertisement()}
+        tcp = self._listen_tcp(local_ip)
+        info["tcp"] = [local_ip, tcp.getsockname()[1]]
+        unix_name = self._listen_unix()
+        if unix_name is not None:
+            info["unix"] = unix_name.hex()
+        self._acceptor = threading.Thread(target=self._accept_loop, name="gcurun-accept",
+                                          daemon=True)
+        self._acceptor.start()
+        peers = self._client.register(self.generation, self.rank, self.size, info)
+        with self._ready:
+            self._peers = peers
+            self._ready.notify_all()
+        return peers
+
+    def _listen_tcp(self, ip: str) -> socket.socket:
+        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.bind((ip, 0))
+        sock.listen(128)
+        self._listeners.append(sock)
+        return sock
+
+    def _listen_unix(self) -> bytes | None:
+        if not hasattr(socket, "AF_UNIX"):
+            return None
+        name = b"\0gcurun-" + secrets.token_hex(12).encode()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(name)
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            return None
+        self._listeners.append(sock)
+        return name
+
+    def _accept_loop(self) -> None:
+        while not self._closing:
+            try:
+                ready, _, _ = select.select([*self._listeners, self._wake_r], [], [])
+            except (OSError, ValueError):
+                return
+            for listener in ready:
+                if listener is self._wake_r:
+                    return
+                try:
+                    sock, addr = listener.accept()
+                except OSError:
+                    continue
+                where = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and addr else "unix"
+                threading.Thread(target=self._admit, args=(sock, where), daemon=True,
+                                 name="gcurun-admit").start()
+
+    def _admit(self, sock: socket.socket, where: str) -> None:
+        """Authenticate a connecting peer; refuse and log anything else."""
+        deadline = time.monotonic() + min(HANDSHAKE_SECONDS, self.timeout)
+        try:
+            server_nonce = wire.server_challenge(sock, wire.PEER_MAGIC, deadline)
+            answer = wire.recv_exact(sock, wire.NONCE_BYTES + CONNECT_EXTRA.size
+                                     + wire.MAC_BYTES, deadline)
+            checked = wire.check_answer(self._secret, PEER_LABEL, server_nonce, answer,
+                                        CONNECT_EXTRA.size)
+            if checked is None:
+                raise wire.WireError("failed authentication (wrong secret, or not a gcurun "
+                                     "rank)")
+            client_nonce, extra = checked
+            peer, generation, peer_pulls = CONNECT_EXTRA.unpack(extra)
+            if generation != self.generation or not 0 <= peer < self.rank:
+                raise wire.WireError(f"claims to be rank {peer} of generation {generation}, "
+                                     f"not a lower rank of generation {self.generation}")
+            info = self._peer_info(peer, deadline)
+            pull = info.get("host") == self.hostname and self._cma.can_read(info.get("cma", {}))
+            wire.send_all(sock, wire.server_proof(self._secret, PEER_LABEL, server_nonce,
+                                                  client_nonce,
+                                                  ACCEPT_EXTRA.pack(self.rank, pull)), deadline)
+        except (wire.WireError, OSError, struct.error) as exc:
+            if not self._closing:
+                log.warning("rank %d: refused a connection from %s: %s", self.rank, where, exc)
+            sock.close()
+            return
+        self._adopt(sock, peer, int(info.get("pid", 0)), pull, bool(peer_pulls))
+
+    def _adopt(self, sock: socket.socket, peer: int, pid: int, pull: bool,
+               pushed: bool) -> None:
+        _tune(sock)
+        with self._ready:
+            if peer in self._links or self._closing:
+                sock.close()
+                return
+            self._links[peer] = _Link(sock, peer, pid, pull, pushed)
+            self._ready.notify_all()
+
+    def _peer_info(self, peer: int, deadline: float) -> dict:
+        with self._ready:
+            while self._peers is None:
+                if self._abort or not self._ready.wait(max(0.0, deadline - time.monotonic())):
+                    raise wire.WireError("arrived before this rank knew its peers")
+            return self._peers[peer]
+
+    def _connect(self, peer: int) -> _Link:
+        deadline = time.monotonic() + self.timeout
+        info = self._peer_info(peer, deadline)
+        same_host = info.get("host") == self.hostname
+        sock = _dial_unix(info.get("unix")) if same_host else None
+        try:
+            if sock is None:
+                host, port = info["tcp"]
+                sock = socket.create_connection((host, port), timeout=self.timeout)
+            pull = same_host and self._cma.can_read(info.get("cma", {}))
+            server_nonce, client_nonce = wire.client_handshake(
+                sock, self._secret, wire.PEER_MAGIC, PEER_LABEL, deadline,
+                CONNECT_EXTRA.pack(self.rank, self.generation, pull))
+            proof = wire.recv_exact(sock, ACCEPT_EXTRA.size + wire.MAC_BYTES, deadline)
+        except (wire.WireError, OSError) as exc:
+            if sock is not None:
+                sock.close()
+            raise self._failure(peer, f"cannot connect to it ({exc})") from None
+        extra = wire.check_proof(self._secret, PEER_LABEL, server_nonce, client_nonce, proof,
+                                 ACCEPT_EXTRA.size)
+        if extra is None or ACCEPT_EXTRA.unpack(extra)[0] != peer:
+            sock.close()
+            raise PeerFailureError(f"rank {self.rank}: the listener of rank {peer} did not "
+                                   "prove it belongs to this job")
+        self._adopt(sock, peer, int(info.get("pid", 0)), pull, bool(ACCEPT_EXTRA.unpack(extra)[1]))
+        return self._links[peer]
+
+    def _link(self, peer: int) -> _Link:
+        link = self._links.get(peer)
+        if link is not None:
+            return link
+        if self._abort is not None:
+            raise PeerFailureError(self._abort)
+        if self.rank < peer:
+            return self._connect(peer)
+        deadline = time.monotonic() + self.timeout
+        with self._ready:
+            while peer not in self._links:
+                if self._abort is not None:
+                    raise PeerFailureError(self._abort)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CollectiveTimeout(f"rank {peer} did not connect within "
+                                            f"{self.timeout:g} s")
+                self._ready.wait(left)
+            return self._links[peer]
+
+    # -- data -----------------------------------------------------------------------------
+
+    def send(self, buf: Buffer, dest: int) -> None:
+        self._transfer(buf, dest, None, dest)
+
+    def recv(self, buf: Buffer, source: int) -> None:
+        self._transfer(None, source, buf, source)
+
+    def sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int) -> None:
+        self._transfer(sendbuf, dest, recvbuf, source)
+
+    def _transfer(self, sendbuf: Buffer | None, dest: int, recvbuf: Buffer | None,
+                  source: int) -> None:
+        send_bytes = 0 if sendbuf is None else sendbuf.nbytes
+        recv_bytes = 0 if recvbuf is None else recvbuf.nbytes
+        links = []
+        if recv_bytes:
+            inc = self._link(source)
+            links.append(inc)
+            if inc.pull and recv_bytes >= CMA_MIN_BYTES:
+                self._expect_descriptor(inc, recvbuf, recv_bytes)
+            else:
+                inc.recvs.append([memoryview(recvbuf).cast("B"), 0, None])
+        if send_bytes:
+            out = self._link(dest)
+            if not links or out is not links[0]:
+                links.append(out)
+            if out.pushed and send_bytes >= CMA_MIN_BYTES:
+                out.sends.append([DESCRIPTOR.pack(address_of(sendbuf), send_bytes), 0, None])
+                out.recvs.append([memoryview(bytearray(1)), 0, None])
+            else:
+                out.sends.append([memoryview(sendbuf).cast("B"), 0, None])
+        if links:
+            self._progress(links)
+
+    def _expect_descriptor(self, link: _Link, recvbuf: Buffer, nbytes: int) -> None:
+        descriptor = bytearray(DESCRIPTOR.size)
+
+        def pull() -> None:
+            address, length = DESCRIPTOR.unpack(descriptor)
+            if length != nbytes:
+                raise self._failure(link.peer, f"sent {length} bytes where {nbytes} were "
+                                               "expected (protocol error)")
+            try:
+                self._cma.read(link.pid, address_of(recvbuf), address, nbytes)
+            except OSError as exc:
+                raise self._failure(link.peer, f"its memory cannot be read ({exc})") from None
+            link.sends.append([ACK, 0, None])
+
+        link.recvs.append([memoryview(descriptor), 0, pull])
+
+    def _progress(self, links: list[_Link]) -> None:
+        """Move every queued send and receive of ``links`` until all are done."""
+        deadline = 0.0
+        while True:
+            moved = False
+            pending = False
+            for link in links:
+                moved |= self._pump(link)
+                pending = pending or bool(link.sends or link.recvs)
+            if not pending:
+                return
+            now = time.monotonic()
+            if moved or not deadline:
+                deadline = now + self.timeout
+            elif now > deadline:
+                raise CollectiveTimeout(
+                    f"no progress for {self.timeout:g} s waiting for "
+                    + " and ".join(f"rank {link.peer}" for link in links)
+                    + "; it may be stuck or not calling this collective (set "
+                    "GCURUN_TIMEOUT_SECONDS to wait longer)")
+            if not moved:
+                self._wait(links, deadline - now)
+
+    def _pump(self, link: _Link) -> bool:
+        """Send and receive on ``link`` until the socket would block."""
+        sock, moved = link.sock, False
+        try:
+            while link.sends:
+                op = link.sends[0]
+                view, position = op[0], op[1]
+                sent = sock.send(view[position:] if position else view)
+                moved = True
+                op[1] = position = position + sent
+                if position < len(view):
+                    break
+                link.sends.pop(0)
+                if op[2] is not None:
+                    op[2]()
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            raise self._failure(link.peer, f"the connection broke ({exc.strerror or exc})") \
+                from None
+        try:
+            while link.recvs:
+                op = link.recvs[0]
+                view, position = op[0], op[1]
+                got = sock.recv_into(view[position:] if position else view)
+                if got == 0:
+                    raise self._failure(link.peer, "it closed its connection (it exited, "
+                                                   "failed or was killed)")
+                moved = True
+                op[1] = position = position + got
+                if position < len(view):
+                    break
+                link.recvs.pop(0)
+                if op[2] is not None:
+                    op[2]()
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            raise self._failure(link.peer, f"the connection broke ({exc.strerror or exc})") \
+                from None
+        return moved
+
+    def _wait(self, links: list[_Link], seconds: float) -> None:
+        poller = select.poll()
+        for link in links:
+            events = (POLL_IN if link.recvs else 0) | (POLL_OUT if link.sends else 0)
+            if events:
+                poller.register(link.sock, events)
+        poller.poll(max(1, int(seconds * 1000)))
+        if self._abort is not None:
+            raise PeerFailureError(self._abort)
+
+    def _failure(self, peer: int, what: str) -> PeerFailureError:
+        if self._abort is not None:
+            return PeerFailureError(self._abort)
+        host = "?"
+        if self._peers is not None:
+            host = self._peers[peer].get("host", "?")
+        return PeerFailureError(f"rank {peer} (host {host}): {what}")
+
+    # -- failure and shutdown --------------------------------------------------------------
+
+    def _aborted_by(self, reason: str) -> None:
+        """The rendezvous says the job is over: wake every blocked call."""
+        self._abort = self._abort or reason
+        with self._ready:
+            self._ready.notify_all()
+            links = list(self._links.values())
+        for link in links:
+            try:
+                link.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def abort(self, reason: str) -> None:
+        """Tell every rank of the job that this one failed."""
+        self._client.abort(reason)
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._client.close()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        if self._acceptor is not None:
+            self._acceptor.join(timeout=2)
+        with self._ready:
+            links, self._links = list(self._links.values()), {}
+            self._ready.notify_all()
+        for link in links:
+            link.sock.close()
+        for listener in self._listeners:
+            listener.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setblocking(False)
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+        except OSError:
+            pass
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _dial_unix(name_hex: str | None) -> socket.socket | None:
+    """A connection to a same-host peer's abstract Unix socket, or None (another network
+    namespace, no Unix sockets): the caller falls back to TCP."""
+    if not name_hex or not hasattr(socket, "AF_UNIX"):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(bytes.fromhex(name_hex))
+    except (OSError, ValueError):
+        sock.close()
+        return None
+    return sock
