@@ -1,0 +1,64 @@
+"""The training script's side of gcurun: ``import gcurun.runtime as hvd``.
+
+Horovod's basics and collectives on numpy arrays (or any object with the buffer protocol)
+over the ``mpi``, ``tcp`` or single-process backend, chosen by :func:`init`.
+"""
+
+from __future__ import annotations
+
+from gcurun.errors import CollectiveError
+from gcurun.runtime.api import (
+    ArgumentError,
+    CollectiveTimeout,
+    MismatchError,
+    NotInitializedError,
+    PeerFailureError,
+    ReduceOp,
+)
+from gcurun.runtime.basics import (
+    backend,
+    cross_rank,
+    cross_size,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_homogeneous,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    shutdown,
+    size,
+)
+from gcurun.runtime.ops import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    allgather,
+    allgather_object,
+    allreduce,
+    allreduce_,
+    alltoall,
+    barrier,
+    broadcast,
+    broadcast_,
+    broadcast_object,
+    reducescatter,
+)
+
+__all__ = [
+    "Adasum", "ArgumentError", "Average", "CollectiveError", "CollectiveTimeout", "Max",
+    "Min", "MismatchError", "NotInitializedError", "PeerFailureError", "Product", "ReduceOp",
+    "Sum", "allgather", "allgather_object", "allreduce", "allreduce_", "alltoall", "backend",
+    "barrier", "broadcast", "broadcast_", "broadcast_object", "cross_rank", "cross_size",
+    "gloo_built", "gloo_enabled", "init", "is_homogeneous", "is_initialized", "local_rank",
+    "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank",
+    "reducescatter", "shutdown", "size",
+]
