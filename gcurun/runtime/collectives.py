@@ -3,15 +3,15 @@ moved by :mod:`gcurun.runtime.algorithms` over the backend's transport."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import pickle
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from gcurun.errors import CollectiveError
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Transport
 from gcurun.runtime.dtypes import (
@@ -23,7 +23,51 @@ from gcurun.runtime.dtypes import (
     flat_contiguous,
     scale,
 )
-from gcurun.runtime.negotiate import INLINE_CAPACITY, Negotiator, OpKind, Request, title
+from gcurun.runtime.negotiate import (
+    BLOCK,
+    HEADER,
+    INLINE,
+    INLINE_CAPACITY,
+    Negotiator,
+    OpKind,
+    Request,
+    title,
+)
+
+
+class _Guard:
+    __slots__ = ("comm", "request")
+
+    def __init__(self, comm: Communicator, request: Request):
+        self.comm = comm
+        self.request = request
+
+    def __enter__(self) -> None:
+        comm = self.comm
+        comm._lock.acquire()
+        if comm._failure is not None:
+            comm._lock.release()
+            raise comm._refuse(self.request)
+
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: Any) -> None:
+        self.comm._lock.release()
+        if kind is PeerFailureError or kind is CollectiveTimeout:
+            raise self.comm._failed(exc, self.request) from None  # type: ignore[arg-type]
+
+
+class _Tiny:
+    """A prepared allreduce of one small signature (dtype, shape, op, name, postscale)."""
+
+    __slots__ = ("request", "invariant", "views", "ufunc", "postscale", "finish")
+
+    def __init__(self, request: Request, invariant: bytes, views: list[np.ndarray],
+                 ufunc: np.ufunc, postscale: float):
+        self.request = request
+        self.invariant = invariant
+        self.views = views          # every rank's inline data in the gathered blocks
+        self.ufunc = ufunc
+        self.postscale = postscale
+        self.finish = request.op == ReduceOp.AVERAGE or postscale != 1.0
 
 
 class Communicator:
@@ -42,6 +86,7 @@ class Communicator:
         self._chunks: dict[np.dtype, np.ndarray] = {}
         self._lock = threading.Lock()
         self._failure: str | None = None
+        self._tiny: dict[tuple, _Tiny] = {}
 
     # -- reductions ---------------------------------------------------------------------
 
@@ -49,6 +94,14 @@ class Communicator:
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                   name: str | None = None, inplace: bool = False) -> np.ndarray:
         """The reduction of ``tensor`` over all ranks, same shape and dtype."""
+        if (type(tensor) is np.ndarray and tensor.nbytes <= INLINE_CAPACITY
+                and prescale_factor == 1.0 and tensor.flags.c_contiguous
+                and (not inplace or tensor.flags.writeable)):
+            plan = self._tiny.get((tensor.dtype, tensor.shape, op, name, postscale_factor))
+            if plan is None:
+                plan = self._plan_tiny(tensor, op, name, postscale_factor)
+            if plan is not None:
+                return self._tiny_allreduce(plan, tensor, inplace)
         arr = as_array(tensor)
         op, error = _reduce_op(op)
         error = error or _reduce_error(arr, op, prescale_factor, postscale_factor)
@@ -96,6 +149,62 @@ class Communicator:
             alg.reduce_scatter(self.transport, src, counts, out.reshape(-1), UFUNCS[op],
                                self._chunk(arr.dtype), scratch)
         _finish_reduction(out, op, self.size, postscale_factor)
+        return out
+
+    def _plan_tiny(self, tensor: np.ndarray, op: Any, name: str | None,
+                   postscale: float) -> _Tiny | None:
+        """How to allreduce tensors like ``tensor`` with one exchange of inline blocks, or
+        None when the general path must handle (and report) the call."""
+        rop, error = _reduce_op(op)
+        if error or _reduce_error(tensor, rop, 1.0, postscale):
+            return None
+        request = Request(OpKind.ALLREDUCE, name, tensor.dtype, tensor.shape, rop)
+        invariant = self.negotiator.invariant(request)
+        views = []
+        for rank in range(self.size):
+            start = rank * BLOCK + HEADER.size
+            region = self.negotiator.gathered[start:start + tensor.nbytes]
+            views.append(region.view(tensor.dtype).reshape(tensor.shape))
+        plan = _Tiny(request, invariant, views, UFUNCS[rop], postscale)
+        if len(self._tiny) > 1024:
+            self._tiny.clear()
+        self._tiny[(tensor.dtype, tensor.shape, op, name, postscale)] = plan
+        return plan
+
+    def _tiny_allreduce(self, plan: _Tiny, tensor: np.ndarray, inplace: bool) -> np.ndarray:
+        """Allreduce of a tensor that fits in the negotiation block: the header exchange
+        carries the data, so one exchange completes the call. (The general path written
+        out flat: this is the latency of every small allreduce.)"""
+        negotiator = self.negotiator
+        views = plan.views
+        lock = self._lock
+        lock.acquire()
+        try:
+            if self._failure is not None:
+                raise self._refuse(plan.request)
+            if negotiator.header_owner is not plan:
+                negotiator.write_header(plan.invariant, 0, INLINE)
+                negotiator.header_owner = plan
+            views[self.rank][...] = tensor
+            try:
+                negotiator.exchange()
+            except (PeerFailureError, CollectiveTimeout) as exc:
+                raise self._failed(exc, plan.request) from None
+            if not negotiator.agreed(plan.invariant):
+                negotiator.header_owner = None
+                negotiator.raise_disagreement(plan.request)
+            if self.size == 1:
+                out = tensor if inplace else tensor.copy()
+            else:
+                out = plan.ufunc(views[0], views[1],
+                                 out=tensor if inplace else np.empty_like(tensor))
+                for view in views[2:]:
+                    plan.ufunc(out, view, out=out)
+        finally:
+            lock.release()
+        if plan.finish:
+            _finish_reduction(out, plan.request.op, self.size,  # type: ignore[arg-type]
+                              plan.postscale)
         return out
 
     # -- data movement ------------------------------------------------------------------
@@ -228,23 +337,25 @@ class Communicator:
 
     # -- plumbing -----------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _call(self, request: Request) -> Iterator[None]:
-        """Serialize calls, and turn a transport failure into an error naming the call;
-        the communicator is unusable afterwards (its peers' streams may be mid-message)."""
+    def _call(self, request: Request) -> _Guard:
+        """A context that serializes calls and turns a transport failure into an error
+        naming the call; the communicator is unusable afterwards (its peers' streams may
+        be mid-message)."""
+        return _Guard(self, request)
+
+    def _failed(self, exc: PeerFailureError | CollectiveTimeout,
+                request: Request) -> CollectiveError:
         label = title(request.kind, request.name)
-        with self._lock:
-            if self._failure is not None:
-                raise PeerFailureError(f"{label}: the job failed earlier ({self._failure}); "
-                                       "call shutdown() and init() to start again")
-            try:
-                yield
-            except (PeerFailureError, CollectiveTimeout) as exc:
-                self._failure = str(exc)
-                abort = getattr(self.transport, "abort", None)
-                if abort is not None:
-                    abort(f"rank {self.rank}: {label}: {exc}")
-                raise type(exc)(f"{label}: {exc}") from None
+        self._failure = str(exc)
+        abort = getattr(self.transport, "abort", None)
+        if abort is not None:
+            abort(f"rank {self.rank}: {label}: {exc}")
+        return type(exc)(f"{label}: {exc}")
+
+    def _refuse(self, request: Request) -> PeerFailureError:
+        return PeerFailureError(f"{title(request.kind, request.name)}: the job failed earlier "
+                                f"({self._failure}); call shutdown() and init() to start "
+                                "again")
 
     def _chunk_len(self, dtype: np.dtype) -> int:
         return max(1, self.chunk_bytes // max(dtype.itemsize, 1))

@@ -14,6 +14,7 @@ import enum
 import hashlib
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,7 @@ HEADER = struct.Struct("<HBBBBHqq16sqB7x")
 VARYING = struct.Struct("<qB")
 INVARIANT_BYTES = 40
 VARYING_OFFSET = 40
+FLAGS_OFFSET = 48
 BLOCK = 256
 INLINE_CAPACITY = BLOCK - HEADER.size
 MAGIC = 0x6763
@@ -73,6 +75,16 @@ class Request:
         return self.shape[1:] if self.kind in VARYING_ROWS else self.shape
 
 
+def prepared_sendrecv(transport: Transport, sendbuf: np.ndarray, dest: int,
+                      recvbuf: np.ndarray, source: int) -> Callable[[], None]:
+    """A sendrecv of fixed buffers to run many times: the transport's own prepared form
+    (MPI persistent requests) when it has one."""
+    prepare = getattr(transport, "prepare_sendrecv", None)
+    if prepare is not None:
+        return prepare(sendbuf, dest, recvbuf, source)
+    return lambda: transport.sendrecv(sendbuf, dest, recvbuf, source)
+
+
 def title(kind: OpKind, name: str | None) -> str:
     return f"{kind.label} {name!r}" if name else f"{kind.label} (unnamed tensor)"
 
@@ -99,45 +111,68 @@ class Negotiator:
     def __init__(self, transport: Transport, chunk_bytes: int):
         self.transport = transport
         self.chunk_bytes = chunk_bytes
-        size = transport.size
-        self._block = np.zeros(BLOCK, np.uint8)
+        size, rank = transport.size, transport.rank
+        # Every rank's block in rank order; this rank builds its own in place.
+        self.gathered = np.zeros(size * BLOCK, np.uint8)
+        self.mine = self.gathered[rank * BLOCK:(rank + 1) * BLOCK]
+        self._view = memoryview(self.gathered)
         self._work = np.zeros(size * BLOCK, np.uint8)
-        self._gathered = np.zeros(size * BLOCK, np.uint8)
+        # Two ranks swap blocks in one prepared exchange; more use Bruck's allgather.
+        self._swap: Callable[[], None] | None = None
+        if size == 2:
+            peer = 1 - rank
+            self._swap = prepared_sendrecv(transport, self.mine, peer,
+                                           self.gathered[peer * BLOCK:][:BLOCK], peer)
+        # Where the other ranks' invariants land.
+        self._others = [self._view[r * BLOCK:][:INVARIANT_BYTES] for r in range(size)
+                        if r != rank]
         self._invariants: dict[tuple, bytes] = {}
+        # Whoever last wrote this rank's header (a fast path may reuse it unchanged).
+        self.header_owner: object = None
 
     def negotiate(self, request: Request, inline: np.ndarray | None = None) -> Agreement:
         """Exchange headers; return the agreement or raise the same error on every rank.
 
         ``inline`` (flat, contiguous, at most INLINE_CAPACITY bytes) rides in the block.
+        The agreement's views stay valid until the next negotiation.
         """
-        invariant = self._invariant(request)
-        block = self._block
-        block[:INVARIANT_BYTES] = np.frombuffer(invariant, np.uint8)
-        flags = 0
+        invariant = self.invariant(request)
+        self.write_header(invariant, request.varying, INLINE if inline is not None else 0)
+        self.header_owner = None
         if inline is not None:
-            flags = INLINE
             raw = inline.view(np.uint8)
-            block[HEADER.size:HEADER.size + len(raw)] = raw
-        VARYING.pack_into(block, VARYING_OFFSET, request.varying, flags)
-        size = self.transport.size
-        bruck_allgather(self.transport, block, self._work, self._gathered)
-        gathered = self._gathered.tobytes()
-        agreed = True
-        inline_count = 0
-        for rank in range(size):
-            start = rank * BLOCK
-            if gathered[start:start + INVARIANT_BYTES] != invariant:
-                agreed = False
-            inline_count += gathered[start + VARYING_OFFSET + 8] & INLINE
-        if not agreed or request.error is not None:
-            self._raise_disagreement(request)
-        if request.kind in ROOTED:
-            all_inline = bool(gathered[request.root * BLOCK + VARYING_OFFSET + 8] & INLINE)
-        else:
-            all_inline = inline_count == size
-        return Agreement(self._gathered, size, all_inline)
+            self.mine[HEADER.size:HEADER.size + len(raw)] = raw
+        self.exchange()
+        if not self.agreed(invariant) or request.error is not None:
+            self.raise_disagreement(request)
+        return Agreement(self.gathered, self.transport.size, self.all_inline(request))
 
-    def _invariant(self, request: Request) -> bytes:
+    def write_header(self, invariant: bytes, varying: int, flags: int) -> None:
+        self._view[self.transport.rank * BLOCK:][:INVARIANT_BYTES] = invariant
+        VARYING.pack_into(self.mine, VARYING_OFFSET, varying, flags)
+
+    def exchange(self) -> None:
+        """Gather every rank's block into ``gathered``."""
+        if self._swap is not None:
+            self._swap()
+        elif self.transport.size > 1:
+            bruck_allgather(self.transport, self.mine, self._work, self.gathered)
+
+    def agreed(self, invariant: bytes) -> bool:
+        """Whether every rank's header carries ``invariant``."""
+        for header in self._others:
+            if header != invariant:
+                return False
+        return True
+
+    def all_inline(self, request: Request) -> bool:
+        view = self._view
+        if request.kind in ROOTED:
+            return bool(view[request.root * BLOCK + FLAGS_OFFSET] & INLINE)
+        return all(view[start + FLAGS_OFFSET] & INLINE for start in range(0, len(view), BLOCK))
+
+    def invariant(self, request: Request) -> bytes:
+        """The header bytes every rank's call must match (cached per call signature)."""
         key = (request.kind, request.name, request.dtype, request.shape, request.op,
                request.root, request.error)
         cached = self._invariants.get(key)
@@ -159,7 +194,7 @@ class Negotiator:
         self._invariants[key] = invariant
         return invariant
 
-    def _raise_disagreement(self, request: Request) -> None:
+    def raise_disagreement(self, request: Request) -> None:
         descriptions = [json.loads(text) for text in self.allgather_bytes(
             json.dumps(_describe(request, self.transport.rank, self.chunk_bytes)).encode())]
         raise disagreement_error(descriptions)

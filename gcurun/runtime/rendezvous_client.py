@@ -104,6 +104,9 @@ class RendezvousClient:
         if self._closing:
             return
         self._closing = True
+        if not self._answered.is_set():
+            self._error = "this rank closed its connection while registering"
+            self._answered.set()
         sock, self._sock = self._sock, None
         if sock is None:
             return

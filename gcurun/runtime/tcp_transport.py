@@ -40,6 +40,9 @@ ACK = b"\x06"
 CMA_MIN_BYTES = 128 << 10
 SOCKET_BUFFER_BYTES = 4 << 20
 HANDSHAKE_SECONDS = 10.0
+SPIN_SECONDS = 0.005
+ABORT_GRACE_SECONDS = 1.0
+YIELD_AFTER_SECONDS = 50e-6
 POLL_IN, POLL_OUT = select.POLLIN, select.POLLOUT
 POLL_ERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
@@ -75,6 +78,7 @@ class TCPTransport:
         self._ready = threading.Condition()
         self._peers: list[dict] | None = None
         self._abort: str | None = None
+        self._aborted = threading.Event()
         self._closing = False
         self._listeners: list[socket.socket] = []
         self._wake_r, self._wake_w = socket.socketpair()
@@ -299,10 +303,11 @@ class TCPTransport:
             if moved or not deadline:
                 deadline = now + self.timeout
             elif now > deadline:
+                stuck = [link.peer for link in links if link.sends or link.recvs]
                 raise CollectiveTimeout(
                     f"no progress for {self.timeout:g} s waiting for "
-                    + " and ".join(f"rank {link.peer}" for link in links)
-                    + "; it may be stuck or not calling this collective (set "
+                    + " and ".join(f"rank {peer}" for peer in stuck)
+                    + "; it may be stuck, or not calling this collective (set "
                     "GCURUN_TIMEOUT_SECONDS to wait longer)")
             if not moved:
                 self._wait(links, deadline - now)
@@ -350,16 +355,31 @@ class TCPTransport:
         return moved
 
     def _wait(self, links: list[_Link], seconds: float) -> None:
+        """Wait until a socket of ``links`` can move data: poll without sleeping for a
+        moment (a peer usually answers within microseconds, and a sleeping rank loses its
+        core on a busy host), yielding the CPU after a while, then sleep in poll()."""
         poller = select.poll()
         for link in links:
             events = (POLL_IN if link.recvs else 0) | (POLL_OUT if link.sends else 0)
             if events:
                 poller.register(link.sock, events)
-        poller.poll(max(1, int(seconds * 1000)))
+        poll = poller.poll
+        start = time.monotonic()
+        while not poll(0):
+            waited = time.monotonic() - start
+            if waited > SPIN_SECONDS:
+                poll(max(1, int((seconds - waited) * 1000)))
+                break
+            if waited > YIELD_AFTER_SECONDS:
+                os.sched_yield()
         if self._abort is not None:
             raise PeerFailureError(self._abort)
 
     def _failure(self, peer: int, what: str) -> PeerFailureError:
+        """The error for a broken link to ``peer``. A peer's connection usually breaks
+        because the job is failing elsewhere: wait a moment for the rendezvous's abort,
+        which names the root cause, before blaming ``peer``."""
+        self._aborted.wait(ABORT_GRACE_SECONDS)
         if self._abort is not None:
             return PeerFailureError(self._abort)
         host = "?"
@@ -372,6 +392,7 @@ class TCPTransport:
     def _aborted_by(self, reason: str) -> None:
         """The rendezvous says the job is over: wake every blocked call."""
         self._abort = self._abort or reason
+        self._aborted.set()
         with self._ready:
             self._ready.notify_all()
             links = list(self._links.values())

@@ -1,0 +1,16 @@
+"""Allreduce benchmark: gcurun's ring on each backend against native MPI_Allreduce.
+
+    mpirun -np 2 python benchmarks/allreduce.py            # ring(mpi), ring(tcp), native
+    gcurun -np 2 python benchmarks/allreduce.py            # ring(tcp)
+
+Options: --backends mpi,tcp  --min-bytes 4096  --max-bytes 268435456  --rounds 3
+"""
+
+from __future__ import annotations
+
+import sys
+
+from gcurun.runtime.bench import run
+
+if __name__ == "__main__":
+    sys.stdout.write(run(sys.argv[1:]))

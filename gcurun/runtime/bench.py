@@ -1,0 +1,235 @@
+"""The allreduce benchmark behind ``benchmarks/allreduce.py`` (and ``gcurun bench
+allreduce``): an nccl-tests-style table of gcurun's ring on each available backend and,
+under an MPI launcher, of the MPI library's own MPI_Allreduce, all measured in one run.
+
+Every variant reduces the same float32 buffer in place with Sum. For each size the
+variants take turns, several rounds, and each keeps its best round: the machine's noise
+hits all of them alike. A round's time is the slowest rank's mean over its iterations.
+
+Under mpirun both backends run side by side in one process: the tcp one through a
+rendezvous that rank 0 serves for the occasion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gcurun.runtime.api import ReduceOp
+from gcurun.runtime.collectives import Communicator
+from gcurun.runtime.env import RuntimeEnv, read_runtime_env
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+@dataclass(frozen=True)
+class Row:
+    nbytes: int
+    seconds: dict[str, float]          # variant -> seconds per allreduce
+
+
+@dataclass
+class Job:
+    """What the benchmark runs on: communicators by backend, and MPI when launched by it."""
+
+    rank: int
+    size: int
+    hosts: int
+    communicators: dict[str, Communicator]
+    mpi_comm: Any = None
+    closers: tuple[Callable[[], None], ...] = ()
+
+
+def default_sizes(smallest: int = 4 * KIB, largest: int = 256 * MIB) -> list[int]:
+    sizes, n = [8], smallest
+    while n <= largest:
+        sizes.append(n)
+        n *= 2
+    return sizes
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="allreduce", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default="mpi,tcp",
+                        help="gcurun backends to measure, comma-separated (default mpi,tcp; "
+                             "those not available are skipped)")
+    parser.add_argument("--min-bytes", type=int, default=4 * KIB)
+    parser.add_argument("--max-bytes", type=int, default=256 * MIB)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="turns each variant takes per size; the best counts")
+    parser.add_argument("--seconds", type=float, default=0.1,
+                        help="time one round of one variant aims at")
+    return parser.parse_args(list(argv))
+
+
+def run(argv: Sequence[str]) -> str:
+    """Run the benchmark on every rank; rank 0 returns the table, the others ''."""
+    args = parse_args(argv)
+    env = read_runtime_env()
+    job = open_job(env, [b.strip() for b in args.backends.split(",") if b.strip()])
+    try:
+        sizes = [n for n in default_sizes(args.min_bytes, args.max_bytes)]
+        rows = [measure_size(job, n, args.rounds, args.seconds) for n in sizes]
+    finally:
+        for close in job.closers:
+            close()
+    return format_table(job, rows) if job.rank == 0 else ""
+
+
+def open_job(env: RuntimeEnv, backends: Sequence[str]) -> Job:
+    mpi_comm = None
+    if env.under_mpi_launcher or env.backend == "mpi":
+        from mpi4py import MPI
+
+        mpi_comm = MPI.COMM_WORLD
+    communicators: dict[str, Communicator] = {}
+    closers: list[Callable[[], None]] = []
+    if "mpi" in backends and mpi_comm is not None:
+        from gcurun.runtime.mpi_transport import MPITransport
+
+        transport = MPITransport(mpi_comm, env.timeout_seconds)
+        communicators["mpi"] = Communicator(transport, env.chunk_bytes)
+        closers.append(transport.close)
+    if "tcp" in backends and (env.rendezvous is not None or mpi_comm is not None):
+        transport_, closer = _tcp_transport(env, mpi_comm)
+        communicators["tcp"] = Communicator(transport_, env.chunk_bytes)
+        closers.append(closer)
+    if not communicators:
+        raise RuntimeError(f"none of the backends {', '.join(backends)} can run here; start "
+                           "the benchmark under mpirun or gcurun")
+    first = next(iter(communicators.values()))
+    hostnames = first.allgather_object(_hostname(env))
+    return Job(first.rank, first.size, len(set(hostnames)), communicators, mpi_comm,
+               tuple(closers))
+
+
+def _hostname(env: RuntimeEnv) -> str:
+    import socket
+
+    return env.facts.hostname if env.facts and env.facts.hostname else socket.gethostname()
+
+
+def _tcp_transport(env: RuntimeEnv, mpi_comm: Any) -> tuple[Any, Callable[[], None]]:
+    from gcurun.runtime.tcp_transport import TCPTransport
+
+    server = None
+    if env.rendezvous is not None and env.secret is not None and env.facts is not None:
+        rank, size = env.facts.rank, env.facts.size
+        address, secret = env.rendezvous, env.secret
+    else:
+        import socket
+
+        from gcurun.runtime.rendezvous import RendezvousServer, new_secret
+
+        rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
+        address = secret = None
+        if rank == 0:
+            hosts = mpi_comm.gather(socket.gethostname(), root=0)
+            host = "127.0.0.1" if len(set(hosts)) == 1 else socket.gethostname()
+            secret = new_secret()
+            server = RendezvousServer(host, 0, secret=secret, size=size)
+            server.start()
+            address = server.address
+        else:
+            mpi_comm.gather(socket.gethostname(), root=0)
+        address, secret = mpi_comm.bcast((address, secret), root=0)
+    transport = TCPTransport(rank=rank, size=size, generation=1, hostname=_hostname(env),
+                             rendezvous=address, secret=secret, timeout=env.timeout_seconds,
+                             cma=env.cma)
+    transport.start()
+
+    def close() -> None:
+        transport.close()
+        if server is not None:
+            server.close()
+
+    return transport, close
+
+
+def measure_size(job: Job, nbytes: int, rounds: int, seconds: float) -> Row:
+    count = max(1, nbytes // 4)
+    buf = np.zeros(count, np.float32)   # sums stay finite however many iterations
+    variants: dict[str, Callable[[], Any]] = {}
+    for name, comm in job.communicators.items():
+        variants[f"ring({name})"] = _ring(comm, buf)
+    if job.mpi_comm is not None:
+        variants["native"] = _native(job.mpi_comm, buf)
+    iterations = {name: _iterations(job, fn, seconds) for name, fn in variants.items()}
+    best = {name: float("inf") for name in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            best[name] = min(best[name], _timed(job, fn, iterations[name]))
+    return Row(count * 4, best)
+
+
+def _ring(comm: Communicator, buf: np.ndarray) -> Callable[[], Any]:
+    return lambda: comm.allreduce(buf, ReduceOp.SUM, name="bench", inplace=True)
+
+
+def _native(mpi_comm: Any, buf: np.ndarray) -> Callable[[], Any]:
+    from mpi4py import MPI
+
+    return lambda: mpi_comm.Allreduce(MPI.IN_PLACE, [buf, MPI.FLOAT], MPI.SUM)
+
+
+def _slowest(job: Job, value: float) -> float:
+    comm = next(iter(job.communicators.values()))
+    return float(comm.allreduce(np.array([value]), ReduceOp.MAX, name="bench.time")[0])
+
+
+def _barrier(job: Job) -> None:
+    next(iter(job.communicators.values())).barrier()
+
+
+def _iterations(job: Job, fn: Callable[[], Any], seconds: float) -> int:
+    fn()
+    estimate = _timed(job, fn, 2)
+    return int(min(20000, max(5, seconds / max(estimate, 1e-7))))
+
+
+def _timed(job: Job, fn: Callable[[], Any], iterations: int) -> float:
+    _barrier(job)
+    start = time.perf_counter()
+    for _ in range(iterations):
+        fn()
+    return _slowest(job, (time.perf_counter() - start) / iterations)
+
+
+def format_table(job: Job, rows: Sequence[Row]) -> str:
+    """nccl-tests style: size, count, then time, algbw and busbw per variant, and each
+    ring's bus bandwidth as a fraction of native MPI_Allreduce's."""
+    names = list(rows[0].seconds)
+    rings = [n for n in names if n != "native"]
+    factor = 2 * (job.size - 1) / job.size if job.size > 1 else 1.0
+    lines = [
+        f"# gcurun allreduce: {job.size} ranks on {job.hosts} host(s), float32 sum, in place",
+        "# ring(b) = gcurun's ring on backend b; native = the MPI library's MPI_Allreduce",
+        "# time = mean per call of the slowest rank (best of the rounds); "
+        f"busbw = algbw x 2(n-1)/n = algbw x {factor:.2f}",
+        "#",
+    ]
+    head = f"#{'size':>11} {'count':>10}  type  "
+    sub = f"#{'(B)':>11} {'(elems)':>10}        "
+    for name in names:
+        head += f"| {name:^27} "
+        sub += f"| {'time(us)':>9} {'algbw':>7} {'busbw':>7} "
+    ratios = [f"{r}/native" for r in rings] if "native" in names else []
+    for ratio in ratios:
+        head += f"| {ratio:>16} "
+        sub += f"| {'(busbw)':>16} "
+    lines += [head, sub]
+    for row in rows:
+        line = f" {row.nbytes:>11} {row.nbytes // 4:>10}  float "
+        for name in names:
+            seconds = row.seconds[name]
+            algbw = row.nbytes / seconds / 1e9
+            line += f"| {seconds * 1e6:>9.1f} {algbw:>7.2f} {algbw * factor:>7.2f} "
+        for ring in rings if ratios else []:
+            line += f"| {row.seconds['native'] / row.seconds[ring]:>16.2f} "
+        lines.append(line)
+    return "\n".join(lines) + "\n"

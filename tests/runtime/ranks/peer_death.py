@@ -1,0 +1,37 @@
+"""Rank script: rank ``argv[1]`` dies (os._exit, no shutdown) after a first allreduce; the
+others must raise PeerFailureError naming it, not hang."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+import gcurun.runtime as hvd
+
+
+def main() -> None:
+    victim = int(sys.argv[1])
+    hvd.init()
+    rank = hvd.rank()
+    hvd.allreduce(np.ones(10), name="warmup")
+    if rank == victim:
+        os._exit(17)
+    try:
+        for step in range(1000):
+            hvd.allreduce(np.ones(1 << 18), name=f"step.{step}")
+    except hvd.PeerFailureError as exc:
+        print(f"rank {rank} raised PeerFailureError: {exc}".replace("\n", " "), flush=True)
+        try:
+            hvd.allreduce(np.ones(3), name="after")
+        except hvd.PeerFailureError as again:
+            print(f"rank {rank} refused the next call: {again}".replace("\n", " "), flush=True)
+        hvd.shutdown()
+        return
+    print(f"rank {rank} was never told rank {victim} died", flush=True)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

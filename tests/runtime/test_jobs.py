@@ -1,0 +1,165 @@
+"""The runtime on real rank processes: the one body of checks at 1-4 ranks on both
+backends, peer death, stalls, and strangers knocking on the ranks' listeners."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gcurun.runtime import wire
+from gcurun.runtime.rendezvous import RendezvousServer
+from gcurun.runtime.tcp_transport import CONNECT_EXTRA, PEER_LABEL
+from tests.helpers import wait_for
+from tests.runtime.jobs import MPIRUN, run_job, run_local, run_tcp
+
+pytestmark = pytest.mark.integration
+needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="mpirun is not on PATH")
+
+# Chunks of 64 KiB make the larger tensors pipeline in several chunks, some of them
+# moved by single-copy reads (tcp, same host) and some through the socket.
+CHUNKED = {"GCURUN_CHUNK_BYTES": "65536"}
+JOBS = [
+    pytest.param("tcp", 1, {}, id="tcp-1"),
+    pytest.param("tcp", 2, CHUNKED, id="tcp-2"),
+    pytest.param("tcp", 3, {**CHUNKED, "GCURUN_CMA": "0"}, id="tcp-3-sockets-only"),
+    pytest.param("tcp", 4, CHUNKED, id="tcp-4"),
+    pytest.param("mpi", 1, {}, id="mpi-1", marks=[pytest.mark.mpi, needs_mpi]),
+    pytest.param("mpi", 2, CHUNKED, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
+    pytest.param("mpi", 3, {}, id="mpi-3", marks=[pytest.mark.mpi, needs_mpi]),
+    pytest.param("mpi", 4, CHUNKED, id="mpi-4", marks=[pytest.mark.mpi, needs_mpi]),
+]
+
+
+@pytest.mark.parametrize(("backend", "size", "env"), JOBS)
+def test_every_collective_on_processes(backend: str, size: int, env: dict) -> None:
+    job = run_job(backend, size, "collectives.py", env=env)
+    assert job.returncodes == [0] * len(job.returncodes), job.stderr
+    for rank in range(size):
+        lines = job.lines(f"rank {rank} of {size} ok")
+        assert len(lines) == 1, job.stdout + job.stderr
+        assert f"backend={backend}" in lines[0]
+        assert f"local={rank}/{size} cross=0/1" in lines[0]
+
+
+def test_a_plain_process_runs_alone() -> None:
+    job = run_local("collectives.py")
+    assert job.returncodes == [0], job.stderr
+    assert "rank 0 of 1 ok" in job.stdout and "backend=local" in job.stdout
+
+
+def test_topology_follows_the_launchers_hosts() -> None:
+    hosts = ["node-a", "node-a", "node-b", "node-b"]
+    job = run_tcp(4, "collectives.py", "101", hosts=hosts)
+    assert job.returncodes == [0] * 4, job.stderr
+    for rank, where in enumerate(["0/2 cross=0/2", "1/2 cross=0/2", "0/2 cross=1/2",
+                                  "1/2 cross=1/2"]):
+        assert f"local={where}" in job.lines(f"rank {rank} of 4 ok")[0]
+
+
+def test_a_dead_peer_makes_the_others_raise_tcp() -> None:
+    # The timeout is far away: only noticing the death can end the wait in time.
+    job = run_job("tcp", 3, "peer_death.py", "1", env={"GCURUN_TIMEOUT_SECONDS": "300"},
+                  timeout=60)
+    assert job.returncodes == [0, 17, 0], job.stderr
+    for rank in (0, 2):
+        raised = job.lines(f"rank {rank} raised PeerFailureError: allreduce 'step.0'")
+        assert len(raised) == 1, job.stdout + job.stderr
+        assert "rank 1" in raised[0]
+        assert job.lines(f"rank {rank} refused the next call: allreduce 'after': the job "
+                         "failed earlier")
+    assert any("rank 1 (host localhost) lost its connection" in a for a in job.aborts)
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_a_dead_peer_stops_an_mpi_job() -> None:
+    job = run_job("mpi", 3, "peer_death.py", "1", env={"GCURUN_TIMEOUT_SECONDS": "300"},
+                  timeout=60)
+    assert job.returncodes == [17], job.stdout + job.stderr
+    assert "rank" not in job.stdout or "was never told" not in job.stdout
+
+
+@pytest.mark.parametrize("backend", ["tcp", pytest.param("mpi", marks=[pytest.mark.mpi,
+                                                                        needs_mpi])])
+def test_a_stalled_rank_ends_in_a_timeout(backend: str, tmp_path: Path) -> None:
+    job = run_job(backend, 3, "stall.py", str(tmp_path), "1",
+                  env={"GCURUN_TIMEOUT_SECONDS": "1.5"}, timeout=60)
+    assert job.returncodes == [0] * len(job.returncodes), job.stdout + job.stderr
+    assert job.lines("rank 1 stalled until the others gave up")
+    for rank in (0, 2):
+        raised = job.lines(f"rank {rank} raised")
+        assert len(raised) == 1, job.stdout
+        assert "allreduce 'stalled.op'" in raised[0]
+        assert "no progress for 1.5 s waiting for rank" in raised[0]
+    # Somebody timed out on rank 1 itself.
+    assert "waiting for rank 1" in job.stdout
+
+
+def test_strangers_at_the_ranks_listeners_are_refused_and_logged(tmp_path: Path) -> None:
+    def intrude(server: RendezvousServer, procs: list[subprocess.Popen]) -> None:
+        wait_for("both ranks ready", lambda: all(
+            (tmp_path / f"rank-{r}.ready").exists() for r in range(2)) or any(
+            p.poll() is not None for p in procs))
+        for info in server.registered().values():
+            host, port = info["tcp"]
+            _garbage((host, port))
+            _wrong_secret((host, port))
+            _garbage(bytes.fromhex(info["unix"]), b"\x00garbage\xff" * 2)
+        (tmp_path / "go").touch()
+
+    job = run_tcp(2, "intruders.py", str(tmp_path), while_running=intrude, timeout=60)
+    assert job.returncodes == [0, 0], job.stderr
+    assert len(job.lines("rank")) == 2
+    refusals = [line for line in job.stderr.splitlines() if "refused a connection" in line]
+    assert len(refusals) == 6, job.stderr
+    assert sum("failed authentication" in line for line in refusals) == 4, job.stderr
+    assert sum("connection closed" in line for line in refusals) == 2, job.stderr
+
+
+def _connect(address: tuple[str, int] | bytes) -> socket.socket:
+    if isinstance(address, bytes):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(10)
+        sock.connect(address)
+        return sock
+    return socket.create_connection(address, timeout=10)
+
+
+def _garbage(address: tuple[str, int] | bytes,
+             junk: bytes = b"GET / HTTP/1.0\r\n\r\n" + bytes(range(256)) * 4) -> None:
+    with _connect(address) as sock:
+        sock.sendall(junk)
+        sock.shutdown(socket.SHUT_WR)
+        _drain(sock)
+
+
+def _wrong_secret(address: tuple[str, int]) -> None:
+    with _connect(address) as sock:
+        deadline = time.monotonic() + 10
+        wire.client_handshake(sock, b"not the job's secret at all", wire.PEER_MAGIC,
+                              PEER_LABEL, deadline, CONNECT_EXTRA.pack(0, 1, 0))
+        _drain(sock)
+
+
+def _drain(sock: socket.socket) -> None:
+    """Read until the rank closes the connection (it must)."""
+    sock.settimeout(10)
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+
+
+@pytest.mark.mpi
+@needs_mpi
+@pytest.mark.parametrize("size", [3, 4])
+def test_sub_communicators(size: int) -> None:
+    job = run_job("mpi", size, "subcomm.py")
+    assert job.returncodes == [0], job.stdout + job.stderr
+    for rank in range(size):
+        assert job.lines(f"rank {rank} ok:"), job.stdout

@@ -1,0 +1,77 @@
+"""Ranks as threads of the test process, joined by queues: a transport for unit tests of
+the algorithms and collectives that needs no processes and no sockets."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gcurun.runtime.api import CollectiveTimeout
+from gcurun.runtime.collectives import Communicator
+
+
+class QueueTransport:
+    """Messages are byte copies put on one queue per (source, destination) pair."""
+
+    def __init__(self, rank: int, size: int, queues: dict[tuple[int, int], queue.Queue],
+                 timeout: float = 10.0):
+        self.rank, self.size = rank, size
+        self._queues = queues
+        self.timeout = timeout
+        self.sent: list[tuple[int, int]] = []    # (destination, bytes) of every send
+
+    def send(self, buf: Any, dest: int) -> None:
+        data = np.frombuffer(memoryview(buf).cast("B"), np.uint8).copy()
+        if len(data):
+            self.sent.append((dest, len(data)))
+            self._queues[(self.rank, dest)].put(data)
+
+    def recv(self, buf: Any, source: int) -> None:
+        target = memoryview(buf).cast("B")
+        if not len(target):
+            return
+        try:
+            data = self._queues[(source, self.rank)].get(timeout=self.timeout)
+        except queue.Empty:
+            raise CollectiveTimeout(f"rank {self.rank}: nothing from rank {source}") from None
+        assert len(data) == len(target), (
+            f"rank {self.rank} expected {len(target)} bytes from {source}, got {len(data)}")
+        target[:] = data.tobytes()
+
+    def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int) -> None:
+        self.send(sendbuf, dest)
+        self.recv(recvbuf, source)
+
+    def close(self) -> None:
+        pass
+
+
+def run_ranks(size: int, body: Callable[[Communicator], Any], chunk_bytes: int = 64,
+              timeout: float = 30.0) -> list[Any]:
+    """Run ``body(communicator)`` on ``size`` thread ranks; return their results in rank
+    order, re-raising the first exception a rank raised."""
+    queues = {(a, b): queue.Queue() for a in range(size) for b in range(size)}
+    results: list[Any] = [None] * size
+    errors: list[BaseException | None] = [None] * size
+
+    def rank_main(rank: int) -> None:
+        try:
+            comm = Communicator(QueueTransport(rank, size, queues), chunk_bytes)
+            results[rank] = body(comm)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors[rank] = exc
+
+    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+        assert not thread.is_alive(), f"a rank did not finish within {timeout} s"
+    for error in errors:
+        if error is not None:
+            raise error
+    return results
