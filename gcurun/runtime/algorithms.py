@@ -1,10 +1,10 @@
 """The collective algorithms, written once over :class:`gcurun.runtime.api.Transport`.
 
 Every function takes flat, C-contiguous numpy arrays and moves raw bytes; nothing is
-pickled. Large transfers go in chunks of ``chunk`` elements so that a chunk is reduced
-while it is still in cache and, on the TCP transport, while the next one is in flight.
-Both sides of every transfer compute the same chunk boundaries, so message sizes always
-match (MPI needs that).
+pickled. Where data is reduced on arrival (reduce-scatter) it travels in chunks, so that
+each chunk is reduced while it is still in cache; a broadcast chain forwards chunks as
+they arrive. Both sides of every transfer compute the same chunk boundaries, so message
+sizes always match (MPI needs that).
 
 These functions know nothing of tensor names or validation; :mod:`gcurun.runtime.collectives`
 negotiates first and calls them only when every rank agreed on the shapes.
@@ -35,24 +35,6 @@ def to_segments(counts: Sequence[int]) -> list[Segment]:
     return segments
 
 
-def exchange(t: Transport, send: np.ndarray, dest: int, recv: np.ndarray, source: int,
-             chunk: int, on_chunk: Callable[[int, int], None] | None = None) -> None:
-    """Send ``send`` to ``dest`` while receiving ``recv`` from ``source``, chunk by chunk;
-    ``on_chunk(start, stop)`` runs as each received chunk lands."""
-    longest = max(len(send), len(recv))
-    if longest <= chunk:
-        t.sendrecv(send, dest, recv, source)
-        if on_chunk is not None and len(recv):
-            on_chunk(0, len(recv))
-        return
-    for start in range(0, longest, chunk):
-        stop = start + chunk
-        piece = recv[start:stop]
-        t.sendrecv(send[start:stop], dest, piece, source)
-        if on_chunk is not None and len(piece):
-            on_chunk(start, start + len(piece))
-
-
 def ring_reduce_scatter(t: Transport, send: np.ndarray, segments: Sequence[Segment],
                         ufunc: np.ufunc, acc_of: Callable[[int], np.ndarray],
                         tmp: np.ndarray) -> None:
@@ -81,16 +63,18 @@ def ring_reduce_scatter(t: Transport, send: np.ndarray, segments: Sequence[Segme
         outgoing = acc
 
 
-def ring_allgather(t: Transport, out: np.ndarray, segments: Sequence[Segment],
-                   chunk: int) -> None:
-    """Every rank holds its own segment r of ``out``; afterwards all hold every segment."""
+def ring_allgather(t: Transport, out: np.ndarray, segments: Sequence[Segment]) -> None:
+    """Every rank holds its own segment r of ``out``; afterwards all hold every segment.
+
+    Segments travel whole: nothing is computed on arrival, so chunks would only add
+    per-message costs (the transport splits what is too large for it)."""
     p, r = t.size, t.rank
     right, left = (r + 1) % p, (r - 1) % p
     for step in range(p - 1):
         send_offset, send_length = segments[(r - step) % p]
         recv_offset, recv_length = segments[(r - step - 1) % p]
-        exchange(t, out[send_offset:send_offset + send_length], right,
-                 out[recv_offset:recv_offset + recv_length], left, chunk)
+        t.sendrecv(out[send_offset:send_offset + send_length], right,
+                   out[recv_offset:recv_offset + recv_length], left)
 
 
 def ring_allreduce(t: Transport, send: np.ndarray, out: np.ndarray, ufunc: np.ufunc,
@@ -108,7 +92,19 @@ def ring_allreduce(t: Transport, send: np.ndarray, out: np.ndarray, ufunc: np.uf
         return out[offset:offset + length]
 
     ring_reduce_scatter(t, send, segments, ufunc, acc_of, tmp)
-    ring_allgather(t, out, segments, len(tmp))
+    ring_allgather(t, out, segments)
+
+
+def gather_allreduce(t: Transport, send: np.ndarray, out: np.ndarray,
+                     ufunc: np.ufunc) -> None:
+    """``out`` = reduction of every rank's ``send``, by gathering every rank's tensor
+    (Bruck) and reducing in rank order: the same bits on every rank. For small tensors."""
+    width = send.nbytes
+    gathered = np.empty(t.size * width, np.uint8)
+    bruck_allgather(t, send.view(np.uint8), np.empty_like(gathered), gathered)
+    blocks = gathered.view(send.dtype).reshape(t.size, -1) if width else \
+        np.empty((t.size, 0), send.dtype)
+    reduce_blocks(ufunc, list(blocks), out)
 
 
 def reduce_scatter(t: Transport, send: np.ndarray, counts: Sequence[int], out: np.ndarray,
@@ -187,7 +183,7 @@ def _tree_broadcast(t: Transport, buf: np.ndarray, root: int, virtual: int) -> N
 
 
 def pairwise_alltoall(t: Transport, send: np.ndarray, send_segments: Sequence[Segment],
-                      out: np.ndarray, recv_segments: Sequence[Segment], chunk: int) -> None:
+                      out: np.ndarray, recv_segments: Sequence[Segment]) -> None:
     """Rank r sends ``send_segments[j]`` of ``send`` to rank j and receives rank j's block
     into ``recv_segments[j]`` of ``out``: p-1 rounds of pairwise exchange."""
     p, r = t.size, t.rank
@@ -198,7 +194,7 @@ def pairwise_alltoall(t: Transport, send: np.ndarray, send_segments: Sequence[Se
         dest, source = (r + step) % p, (r - step) % p
         s_off, s_len = send_segments[dest]
         r_off, r_len = recv_segments[source]
-        exchange(t, send[s_off:s_off + s_len], dest, out[r_off:r_off + r_len], source, chunk)
+        t.sendrecv(send[s_off:s_off + s_len], dest, out[r_off:r_off + r_len], source)
 
 
 def reduce_blocks(ufunc: np.ufunc, blocks: Sequence[np.ndarray], out: np.ndarray) -> None:

@@ -99,7 +99,10 @@ def state(what: str) -> _State:
 
 
 def communicator(what: str) -> Communicator:
-    return state(what).communicator
+    current = _state
+    if current is None:
+        raise NotInitializedError(what)
+    return current.communicator
 
 
 def rank() -> int:
@@ -191,7 +194,8 @@ def _init_tcp(env: RuntimeEnv) -> _State:
     _generation += 1
     transport = TCPTransport(rank=facts.rank, size=facts.size, generation=_generation,
                              hostname=hostname, rendezvous=env.rendezvous, secret=env.secret,
-                             timeout=env.timeout_seconds, cma=env.cma)
+                             timeout=env.timeout_seconds, cma=env.cma,
+                             rings=env.rings)
     try:
         peers = transport.start()
     except BaseException:

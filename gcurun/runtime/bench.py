@@ -22,6 +22,7 @@ import numpy as np
 
 from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.collectives import Communicator
+from gcurun.runtime.dtypes import aligned_empty
 from gcurun.runtime.env import RuntimeEnv, read_runtime_env
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -140,7 +141,7 @@ def _tcp_transport(env: RuntimeEnv, mpi_comm: Any) -> tuple[Any, Callable[[], No
         address, secret = mpi_comm.bcast((address, secret), root=0)
     transport = TCPTransport(rank=rank, size=size, generation=1, hostname=_hostname(env),
                              rendezvous=address, secret=secret, timeout=env.timeout_seconds,
-                             cma=env.cma)
+                             cma=env.cma, rings=env.rings)
     transport.start()
 
     def close() -> None:
@@ -153,7 +154,8 @@ def _tcp_transport(env: RuntimeEnv, mpi_comm: Any) -> tuple[Any, Callable[[], No
 
 def measure_size(job: Job, nbytes: int, rounds: int, seconds: float) -> Row:
     count = max(1, nbytes // 4)
-    buf = np.zeros(count, np.float32)   # sums stay finite however many iterations
+    buf = aligned_empty(count, np.float32)   # every variant reduces this very buffer
+    buf[...] = 0                             # sums stay finite however many iterations
     variants: dict[str, Callable[[], Any]] = {}
     for name, comm in job.communicators.items():
         variants[f"ring({name})"] = _ring(comm, buf)

@@ -16,6 +16,7 @@ from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Transport
 from gcurun.runtime.dtypes import (
     UFUNCS,
+    aligned_empty,
     as_array,
     average,
     check_reduce,
@@ -33,6 +34,10 @@ from gcurun.runtime.negotiate import (
     Request,
     title,
 )
+
+# Up to this size an allreduce gathers every rank's tensor and reduces locally: ceil(log2 p)
+# exchanges instead of the ring's 2(p-1), which matters more than bandwidth when small.
+GATHER_REDUCE_BYTES = 64 << 10
 
 
 class _Guard:
@@ -58,7 +63,8 @@ class _Guard:
 class _Tiny:
     """A prepared allreduce of one small signature (dtype, shape, op, name, postscale)."""
 
-    __slots__ = ("request", "invariant", "views", "ufunc", "postscale", "finish")
+    __slots__ = ("request", "invariant", "views", "ufunc", "postscale", "finish",
+                 "peer_header")
 
     def __init__(self, request: Request, invariant: bytes, views: list[np.ndarray],
                  ufunc: np.ufunc, postscale: float):
@@ -68,6 +74,7 @@ class _Tiny:
         self.ufunc = ufunc
         self.postscale = postscale
         self.finish = request.op == ReduceOp.AVERAGE or postscale != 1.0
+        self.peer_header: memoryview | None = None    # where the one peer's header lands
 
 
 class Communicator:
@@ -94,13 +101,12 @@ class Communicator:
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                   name: str | None = None, inplace: bool = False) -> np.ndarray:
         """The reduction of ``tensor`` over all ranks, same shape and dtype."""
-        if (type(tensor) is np.ndarray and tensor.nbytes <= INLINE_CAPACITY
-                and prescale_factor == 1.0 and tensor.flags.c_contiguous
-                and (not inplace or tensor.flags.writeable)):
+        if type(tensor) is np.ndarray and prescale_factor == 1.0:
             plan = self._tiny.get((tensor.dtype, tensor.shape, op, name, postscale_factor))
-            if plan is None:
+            if plan is None and tensor.nbytes <= INLINE_CAPACITY:
                 plan = self._plan_tiny(tensor, op, name, postscale_factor)
-            if plan is not None:
+            if plan is not None and tensor.flags.c_contiguous and (
+                    not inplace or tensor.flags.writeable):
                 return self._tiny_allreduce(plan, tensor, inplace)
         arr = as_array(tensor)
         op, error = _reduce_op(op)
@@ -120,6 +126,8 @@ class Communicator:
             if agreement.all_inline:
                 blocks = [agreement.inline(i, arr.dtype, len(src)) for i in range(self.size)]
                 alg.reduce_blocks(ufunc, blocks, out)
+            elif src.nbytes <= GATHER_REDUCE_BYTES:
+                alg.gather_allreduce(self.transport, src, out, ufunc)
             else:
                 alg.ring_allreduce(self.transport, src, out, ufunc, self._chunk(arr.dtype))
         _finish_reduction(out, op, self.size, postscale_factor)
@@ -166,6 +174,9 @@ class Communicator:
             region = self.negotiator.gathered[start:start + tensor.nbytes]
             views.append(region.view(tensor.dtype).reshape(tensor.shape))
         plan = _Tiny(request, invariant, views, UFUNCS[rop], postscale)
+        if self.size == 2:
+            start = (1 - self.rank) * BLOCK
+            plan.peer_header = memoryview(self.negotiator.gathered)[start:start + len(invariant)]
         if len(self._tiny) > 1024:
             self._tiny.clear()
         self._tiny[(tensor.dtype, tensor.shape, op, name, postscale)] = plan
@@ -190,16 +201,20 @@ class Communicator:
                 negotiator.exchange()
             except (PeerFailureError, CollectiveTimeout) as exc:
                 raise self._failed(exc, plan.request) from None
-            if not negotiator.agreed(plan.invariant):
+            peer_header = plan.peer_header
+            if not (peer_header == plan.invariant if peer_header is not None
+                    else negotiator.agreed(plan.invariant)):
                 negotiator.header_owner = None
                 negotiator.raise_disagreement(plan.request)
             if self.size == 1:
                 out = tensor if inplace else tensor.copy()
-            else:
+            elif inplace or not tensor.ndim:
                 out = plan.ufunc(views[0], views[1],
                                  out=tensor if inplace else np.empty_like(tensor))
-                for view in views[2:]:
-                    plan.ufunc(out, view, out=out)
+            else:
+                out = plan.ufunc(views[0], views[1])
+            for view in views[2:]:
+                plan.ufunc(out, view, out=out)
         finally:
             lock.release()
         if plan.finish:
@@ -232,7 +247,7 @@ class Communicator:
             else:
                 offset, length = segments[self.rank]
                 flat[offset:offset + length] = src
-                alg.ring_allgather(self.transport, flat, segments, self._chunk_len(arr.dtype))
+                alg.ring_allgather(self.transport, flat, segments)
         return out
 
     def broadcast(self, tensor: Any, root_rank: int, name: str | None = None,
@@ -277,14 +292,13 @@ class Communicator:
             else:
                 recv_rows = np.empty(p, np.int64)
                 ones = alg.to_segments([1] * p)
-                alg.pairwise_alltoall(self.transport, send_rows, ones, recv_rows, ones, 1)
+                alg.pairwise_alltoall(self.transport, send_rows, ones, recv_rows, ones)
             row = math.prod(arr.shape[1:])
             out = np.empty((int(recv_rows.sum()),) + arr.shape[1:], arr.dtype)
             alg.pairwise_alltoall(self.transport, flat_contiguous(arr),
                                   alg.to_segments([int(n) * row for n in send_rows]),
                                   out.reshape(-1),
-                                  alg.to_segments([int(n) * row for n in recv_rows]),
-                                  self._chunk_len(arr.dtype))
+                                  alg.to_segments([int(n) * row for n in recv_rows]))
         return out, recv_rows
 
     def barrier(self) -> None:
@@ -331,7 +345,7 @@ class Communicator:
                 out = np.empty(sum(lengths), np.uint8)
                 offset, length = segments[self.rank]
                 out[offset:offset + length] = payload
-                alg.ring_allgather(self.transport, out, segments, self.chunk_bytes)
+                alg.ring_allgather(self.transport, out, segments)
                 pieces = [out[o:o + n].tobytes() for o, n in segments]
         return [pickle.loads(piece) for piece in pieces]
 
@@ -364,7 +378,7 @@ class Communicator:
         """A reusable receive buffer of one chunk of ``dtype``."""
         chunk = self._chunks.get(dtype)
         if chunk is None:
-            chunk = self._chunks[dtype] = np.empty(self._chunk_len(dtype), dtype)
+            chunk = self._chunks[dtype] = aligned_empty(self._chunk_len(dtype), dtype)
         return chunk
 
     def _root_error(self, root: int) -> str | None:
@@ -389,14 +403,25 @@ def _reduce_op(op: Any) -> tuple[ReduceOp, str | None]:
                               "Product")
 
 
+_REDUCE_ERRORS: dict[tuple[np.dtype, ReduceOp, bool], str | None] = {}
+
+
 def _reduce_error(arr: np.ndarray, op: ReduceOp, prescale: float,
                   postscale: float) -> str | None:
+    key = (arr.dtype, op, prescale != 1.0 or postscale != 1.0)
+    try:
+        return _REDUCE_ERRORS[key]
+    except KeyError:
+        pass
     try:
         dtype_code(arr.dtype)
-        check_reduce(op, arr.dtype, prescale != 1.0 or postscale != 1.0)
+        check_reduce(op, arr.dtype, key[2])
+        error = None
     except ValueError as exc:
-        return str(exc)
-    return None
+        error = str(exc)
+    if len(_REDUCE_ERRORS) < 1024:
+        _REDUCE_ERRORS[key] = error
+    return error
 
 
 def _rows_error(arr: np.ndarray) -> str | None:

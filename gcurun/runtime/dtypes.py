@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,26 @@ def as_array(obj: Any) -> np.ndarray:
     except TypeError:
         return np.asarray(obj)
     return np.asarray(view)
+
+
+HUGE_PAGE = 2 << 20
+
+
+def aligned_empty(count: int, dtype: np.dtype | type) -> np.ndarray:
+    """An uninitialised array whose memory starts on a 2 MiB boundary and may be backed
+    by transparent huge pages: page-table walks (of the reducing CPU, and of a peer's
+    single-copy reads) cost far less than on 4 KiB pages. Small arrays come from numpy."""
+    dtype = np.dtype(dtype)
+    nbytes = count * dtype.itemsize
+    if nbytes < HUGE_PAGE // 2:
+        return np.empty(count, dtype)
+    # Private, not the shared default: shared anonymous memory gets no huge pages.
+    region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        region.madvise(mmap.MADV_HUGEPAGE)
+    raw = np.frombuffer(region, np.uint8)
+    start = -raw.__array_interface__["data"][0] % HUGE_PAGE
+    return raw[start:start + nbytes].view(dtype)
 
 
 def flat_contiguous(arr: np.ndarray) -> np.ndarray:

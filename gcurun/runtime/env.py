@@ -53,6 +53,7 @@ class RuntimeEnv:
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     under_mpi_launcher: bool = False              # started by mpirun/mpiexec/srun
     cma: bool = True                              # GCURUN_CMA: same-host single-copy reads
+    rings: bool = True                            # GCURUN_SHM: same-host shared-memory rings
     chunk_bytes: int = DEFAULT_CHUNK_BYTES        # GCURUN_CHUNK_BYTES: ring pipeline chunk
     # Knobs of the background engine (read here so that all variables live in one module).
     fusion_threshold_mb: float = 64.0
@@ -75,6 +76,7 @@ def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
         timeout_seconds=_positive(environ, "GCURUN_TIMEOUT_SECONDS", DEFAULT_TIMEOUT_SECONDS),
         under_mpi_launcher=_under_mpi_launcher(environ),
         cma=_flag(environ, "GCURUN_CMA", True),
+        rings=_flag(environ, "GCURUN_SHM", True),
         chunk_bytes=int(_positive(environ, "GCURUN_CHUNK_BYTES", DEFAULT_CHUNK_BYTES)),
         fusion_threshold_mb=_non_negative(environ, "GCURUN_FUSION_THRESHOLD_MB", 64.0),
         cycle_time_ms=_positive(environ, "GCURUN_CYCLE_TIME_MS", 1.0),

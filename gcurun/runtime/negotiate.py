@@ -15,7 +15,7 @@ import hashlib
 import json
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,9 +56,8 @@ VARYING_ROWS = (OpKind.ALLGATHER, OpKind.ALLTOALL)
 ROOTED = (OpKind.BROADCAST, OpKind.BROADCAST_OBJECT)
 
 
-@dataclass(frozen=True)
-class Request:
-    """What one rank asks of a collective."""
+class Request(NamedTuple):
+    """What one rank asks of a collective (a named tuple: built on every call, cheaply)."""
 
     kind: OpKind
     name: str | None
@@ -117,12 +116,13 @@ class Negotiator:
         self.mine = self.gathered[rank * BLOCK:(rank + 1) * BLOCK]
         self._view = memoryview(self.gathered)
         self._work = np.zeros(size * BLOCK, np.uint8)
-        # Two ranks swap blocks in one prepared exchange; more use Bruck's allgather.
-        self._swap: Callable[[], None] | None = None
+        # exchange() gathers every rank's block into ``gathered``: two ranks swap blocks in
+        # one prepared exchange, more use Bruck's allgather.
+        self.exchange: Callable[[], None] = self._allgather
         if size == 2:
             peer = 1 - rank
-            self._swap = prepared_sendrecv(transport, self.mine, peer,
-                                           self.gathered[peer * BLOCK:][:BLOCK], peer)
+            self.exchange = prepared_sendrecv(transport, self.mine, peer,
+                                              self.gathered[peer * BLOCK:][:BLOCK], peer)
         # Where the other ranks' invariants land.
         self._others = [self._view[r * BLOCK:][:INVARIANT_BYTES] for r in range(size)
                         if r != rank]
@@ -151,16 +151,16 @@ class Negotiator:
         self._view[self.transport.rank * BLOCK:][:INVARIANT_BYTES] = invariant
         VARYING.pack_into(self.mine, VARYING_OFFSET, varying, flags)
 
-    def exchange(self) -> None:
-        """Gather every rank's block into ``gathered``."""
-        if self._swap is not None:
-            self._swap()
-        elif self.transport.size > 1:
+    def _allgather(self) -> None:
+        if self.transport.size > 1:
             bruck_allgather(self.transport, self.mine, self._work, self.gathered)
 
     def agreed(self, invariant: bytes) -> bool:
         """Whether every rank's header carries ``invariant``."""
-        for header in self._others:
+        others = self._others
+        if len(others) == 1:
+            return others[0] == invariant
+        for header in others:
             if header != invariant:
                 return False
         return True

@@ -32,8 +32,10 @@ def allreduce(tensor: Any, average: bool | None = None, name: str | None = None,
     """The reduction of ``tensor`` over all ranks (default: the average), a new array of
     the same shape and dtype. ``prescale_factor`` multiplies each input and
     ``postscale_factor`` the result. Every rank must pass the same shape, dtype and op."""
-    return communicator("allreduce").allreduce(tensor, _op(op, average), prescale_factor,
-                                               postscale_factor, name)
+    if op is None or average is not None:
+        op = _op(op, average)
+    return communicator("allreduce").allreduce(tensor, op, prescale_factor, postscale_factor,
+                                               name)
 
 
 def allreduce_(tensor: Any, average: bool | None = None, name: str | None = None,

@@ -4,11 +4,12 @@
   peers of the same host, on an abstract Unix socket; the lower rank of a pair connects,
   on first use. Each connection starts with the HMAC handshake of :mod:`gcurun.runtime.wire`;
   strangers and garbage are logged and dropped without disturbing the job.
-- Between ranks of one host that can read each other's memory (proven with a token,
-  :mod:`gcurun.runtime.cma`), a large message travels as a 16-byte descriptor; the
-  receiver copies the data straight out of the sender's buffer and acknowledges.
-- Sockets are non-blocking; one loop moves sends and receives together, so a ring of
-  ranks never deadlocks and a wait without progress ends in a timeout.
+- Between ranks of one host, bytes travel through shared-memory rings
+  (:mod:`gcurun.runtime.shm`), and a large message as a 16-byte descriptor: the receiver
+  copies the data straight out of the sender's buffer (:mod:`gcurun.runtime.cma`, proven
+  per pair with a token) and acknowledges.
+- :mod:`gcurun.runtime.links` moves sends and receives together, so a ring of ranks never
+  deadlocks, and a wait without progress ends in a timeout.
 - An abort from the rendezvous (a rank failed or died) shuts every connection down, so a
   rank blocked in a collective raises within milliseconds.
 """
@@ -25,48 +26,33 @@ import threading
 import time
 from typing import Any
 
-from gcurun.runtime import wire
+from gcurun.runtime import shm, wire
 from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
 from gcurun.runtime.cma import CrossMemory, address_of
+from gcurun.runtime.links import Link, Mover
 from gcurun.runtime.rendezvous_client import RendezvousClient
 
 log = logging.getLogger("gcurun.runtime.tcp")
 
 PEER_LABEL = b"gcurun-peer"
-CONNECT_EXTRA = struct.Struct("<IIB")      # connector's rank, generation, "I can read you"
-ACCEPT_EXTRA = struct.Struct("<IB")        # acceptor's rank, "I can read you"
+CONNECT_EXTRA = struct.Struct("<IIB")      # connector's rank, generation, features
+ACCEPT_EXTRA = struct.Struct("<IB")        # acceptor's rank, features
+CAN_READ_YOU = 1                           # feature: single-copy reads of the other side
+CAN_SHARE_RINGS = 2                        # feature: shared-memory rings
 DESCRIPTOR = struct.Struct("<QQ")          # address, bytes
 ACK = b"\x06"
-CMA_MIN_BYTES = 128 << 10
+CMA_MIN_BYTES = 64 << 10
 SOCKET_BUFFER_BYTES = 4 << 20
 HANDSHAKE_SECONDS = 10.0
-SPIN_SECONDS = 0.005
 ABORT_GRACE_SECONDS = 1.0
-YIELD_AFTER_SECONDS = 50e-6
-POLL_IN, POLL_OUT = select.POLLIN, select.POLLOUT
-POLL_ERR = select.POLLERR | select.POLLHUP | select.POLLNVAL
-
-
-class _Link:
-    """A connection to one peer and what each side may read of the other's memory."""
-
-    __slots__ = ("sock", "peer", "pid", "pull", "pushed", "sends", "recvs")
-
-    def __init__(self, sock: socket.socket, peer: int, pid: int, pull: bool, pushed: bool):
-        self.sock = sock
-        self.peer = peer
-        self.pid = pid
-        self.pull = pull          # large messages from the peer arrive as descriptors
-        self.pushed = pushed      # the peer reads our large messages itself
-        self.sends: list[list[Any]] = []     # [view, position, then] in order
-        self.recvs: list[list[Any]] = []
 
 
 class TCPTransport:
     """Point-to-point between the ranks of one generation of a ``tcp`` job."""
 
     def __init__(self, *, rank: int, size: int, generation: int, hostname: str,
-                 rendezvous: tuple[str, int], secret: bytes, timeout: float, cma: bool):
+                 rendezvous: tuple[str, int], secret: bytes, timeout: float, cma: bool,
+                 rings: bool = True):
         self.rank, self.size = rank, size
         self.generation = generation
         self.hostname = hostname
@@ -74,7 +60,8 @@ class TCPTransport:
         self._secret = secret
         self._cma = CrossMemory(enabled=cma)
         self._client = RendezvousClient(rendezvous, secret, timeout, self._aborted_by)
-        self._links: dict[int, _Link] = {}
+        self._rings = rings and shm.available()
+        self._links: dict[int, Link] = {}
         self._ready = threading.Condition()
         self._peers: list[dict] | None = None
         self._abort: str | None = None
@@ -83,6 +70,7 @@ class TCPTransport:
         self._listeners: list[socket.socket] = []
         self._wake_r, self._wake_w = socket.socketpair()
         self._acceptor: threading.Thread | None = None
+        self._mover = Mover(timeout, lambda: self._abort, self._failure)
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -144,6 +132,15 @@ class TCPTransport:
                 threading.Thread(target=self._admit, args=(sock, where), daemon=True,
                                  name="gcurun-admit").start()
 
+    def _features(self, info: dict, sock: socket.socket) -> int:
+        """What this rank can do with the peer described by ``info`` over ``sock``."""
+        if info.get("host") != self.hostname:
+            return 0
+        features = CAN_READ_YOU if self._cma.can_read(info.get("cma", {})) else 0
+        if self._rings and sock.family == socket.AF_UNIX:
+            features |= CAN_SHARE_RINGS
+        return features
+
     def _admit(self, sock: socket.socket, where: str) -> None:
         """Authenticate a connecting peer; refuse and log anything else."""
         deadline = time.monotonic() + min(HANDSHAKE_SECONDS, self.timeout)
@@ -157,30 +154,33 @@ class TCPTransport:
                 raise wire.WireError("failed authentication (wrong secret, or not a gcurun "
                                      "rank)")
             client_nonce, extra = checked
-            peer, generation, peer_pulls = CONNECT_EXTRA.unpack(extra)
+            peer, generation, theirs = CONNECT_EXTRA.unpack(extra)
             if generation != self.generation or not 0 <= peer < self.rank:
                 raise wire.WireError(f"claims to be rank {peer} of generation {generation}, "
                                      f"not a lower rank of generation {self.generation}")
             info = self._peer_info(peer, deadline)
-            pull = info.get("host") == self.hostname and self._cma.can_read(info.get("cma", {}))
+            mine = self._features(info, sock)
             wire.send_all(sock, wire.server_proof(self._secret, PEER_LABEL, server_nonce,
                                                   client_nonce,
-                                                  ACCEPT_EXTRA.pack(self.rank, pull)), deadline)
+                                                  ACCEPT_EXTRA.pack(self.rank, mine)), deadline)
+            channel = None
+            if mine & theirs & CAN_SHARE_RINGS:
+                channel = _receive_channel(sock, deadline)
         except (wire.WireError, OSError, struct.error) as exc:
             if not self._closing:
                 log.warning("rank %d: refused a connection from %s: %s", self.rank, where, exc)
             sock.close()
             return
-        self._adopt(sock, peer, int(info.get("pid", 0)), pull, bool(peer_pulls))
+        self._adopt(Link(sock, peer, int(info.get("pid", 0)), bool(mine & CAN_READ_YOU),
+                         bool(theirs & CAN_READ_YOU), channel))
 
-    def _adopt(self, sock: socket.socket, peer: int, pid: int, pull: bool,
-               pushed: bool) -> None:
-        _tune(sock)
+    def _adopt(self, link: Link) -> None:
+        _tune(link.sock)
         with self._ready:
-            if peer in self._links or self._closing:
-                sock.close()
+            if link.peer in self._links or self._closing:
+                link.close()
                 return
-            self._links[peer] = _Link(sock, peer, pid, pull, pushed)
+            self._links[link.peer] = link
             self._ready.notify_all()
 
     def _peer_info(self, peer: int, deadline: float) -> dict:
@@ -190,34 +190,36 @@ class TCPTransport:
                     raise wire.WireError("arrived before this rank knew its peers")
             return self._peers[peer]
 
-    def _connect(self, peer: int) -> _Link:
+    def _connect(self, peer: int) -> Link:
         deadline = time.monotonic() + self.timeout
         info = self._peer_info(peer, deadline)
-        same_host = info.get("host") == self.hostname
-        sock = _dial_unix(info.get("unix")) if same_host else None
+        sock = _dial_unix(info.get("unix")) if info.get("host") == self.hostname else None
         try:
             if sock is None:
                 host, port = info["tcp"]
                 sock = socket.create_connection((host, port), timeout=self.timeout)
-            pull = same_host and self._cma.can_read(info.get("cma", {}))
+            mine = self._features(info, sock)
             server_nonce, client_nonce = wire.client_handshake(
                 sock, self._secret, wire.PEER_MAGIC, PEER_LABEL, deadline,
-                CONNECT_EXTRA.pack(self.rank, self.generation, pull))
+                CONNECT_EXTRA.pack(self.rank, self.generation, mine))
             proof = wire.recv_exact(sock, ACCEPT_EXTRA.size + wire.MAC_BYTES, deadline)
+            extra = wire.check_proof(self._secret, PEER_LABEL, server_nonce, client_nonce,
+                                     proof, ACCEPT_EXTRA.size)
+            if extra is None or ACCEPT_EXTRA.unpack(extra)[0] != peer:
+                raise wire.WireError("its listener did not prove it belongs to this job")
+            theirs = ACCEPT_EXTRA.unpack(extra)[1]
+            channel = None
+            if mine & theirs & CAN_SHARE_RINGS:
+                channel = _send_channel(sock)
         except (wire.WireError, OSError) as exc:
             if sock is not None:
                 sock.close()
             raise self._failure(peer, f"cannot connect to it ({exc})") from None
-        extra = wire.check_proof(self._secret, PEER_LABEL, server_nonce, client_nonce, proof,
-                                 ACCEPT_EXTRA.size)
-        if extra is None or ACCEPT_EXTRA.unpack(extra)[0] != peer:
-            sock.close()
-            raise PeerFailureError(f"rank {self.rank}: the listener of rank {peer} did not "
-                                   "prove it belongs to this job")
-        self._adopt(sock, peer, int(info.get("pid", 0)), pull, bool(ACCEPT_EXTRA.unpack(extra)[1]))
+        self._adopt(Link(sock, peer, int(info.get("pid", 0)), bool(mine & CAN_READ_YOU),
+                         bool(theirs & CAN_READ_YOU), channel))
         return self._links[peer]
 
-    def _link(self, peer: int) -> _Link:
+    def _link(self, peer: int) -> Link:
         link = self._links.get(peer)
         if link is not None:
             return link
@@ -270,9 +272,9 @@ class TCPTransport:
             else:
                 out.sends.append([memoryview(sendbuf).cast("B"), 0, None])
         if links:
-            self._progress(links)
+            self._mover.progress(links)
 
-    def _expect_descriptor(self, link: _Link, recvbuf: Buffer, nbytes: int) -> None:
+    def _expect_descriptor(self, link: Link, recvbuf: Buffer, nbytes: int) -> None:
         descriptor = bytearray(DESCRIPTOR.size)
 
         def pull() -> None:
@@ -287,93 +289,6 @@ class TCPTransport:
             link.sends.append([ACK, 0, None])
 
         link.recvs.append([memoryview(descriptor), 0, pull])
-
-    def _progress(self, links: list[_Link]) -> None:
-        """Move every queued send and receive of ``links`` until all are done."""
-        deadline = 0.0
-        while True:
-            moved = False
-            pending = False
-            for link in links:
-                moved |= self._pump(link)
-                pending = pending or bool(link.sends or link.recvs)
-            if not pending:
-                return
-            now = time.monotonic()
-            if moved or not deadline:
-                deadline = now + self.timeout
-            elif now > deadline:
-                stuck = [link.peer for link in links if link.sends or link.recvs]
-                raise CollectiveTimeout(
-                    f"no progress for {self.timeout:g} s waiting for "
-                    + " and ".join(f"rank {peer}" for peer in stuck)
-                    + "; it may be stuck, or not calling this collective (set "
-                    "GCURUN_TIMEOUT_SECONDS to wait longer)")
-            if not moved:
-                self._wait(links, deadline - now)
-
-    def _pump(self, link: _Link) -> bool:
-        """Send and receive on ``link`` until the socket would block."""
-        sock, moved = link.sock, False
-        try:
-            while link.sends:
-                op = link.sends[0]
-                view, position = op[0], op[1]
-                sent = sock.send(view[position:] if position else view)
-                moved = True
-                op[1] = position = position + sent
-                if position < len(view):
-                    break
-                link.sends.pop(0)
-                if op[2] is not None:
-                    op[2]()
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError as exc:
-            raise self._failure(link.peer, f"the connection broke ({exc.strerror or exc})") \
-                from None
-        try:
-            while link.recvs:
-                op = link.recvs[0]
-                view, position = op[0], op[1]
-                got = sock.recv_into(view[position:] if position else view)
-                if got == 0:
-                    raise self._failure(link.peer, "it closed its connection (it exited, "
-                                                   "failed or was killed)")
-                moved = True
-                op[1] = position = position + got
-                if position < len(view):
-                    break
-                link.recvs.pop(0)
-                if op[2] is not None:
-                    op[2]()
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError as exc:
-            raise self._failure(link.peer, f"the connection broke ({exc.strerror or exc})") \
-                from None
-        return moved
-
-    def _wait(self, links: list[_Link], seconds: float) -> None:
-        """Wait until a socket of ``links`` can move data: poll without sleeping for a
-        moment (a peer usually answers within microseconds, and a sleeping rank loses its
-        core on a busy host), yielding the CPU after a while, then sleep in poll()."""
-        poller = select.poll()
-        for link in links:
-            events = (POLL_IN if link.recvs else 0) | (POLL_OUT if link.sends else 0)
-            if events:
-                poller.register(link.sock, events)
-        poll = poller.poll
-        start = time.monotonic()
-        while not poll(0):
-            waited = time.monotonic() - start
-            if waited > SPIN_SECONDS:
-                poll(max(1, int((seconds - waited) * 1000)))
-                break
-            if waited > YIELD_AFTER_SECONDS:
-                os.sched_yield()
-        if self._abort is not None:
-            raise PeerFailureError(self._abort)
 
     def _failure(self, peer: int, what: str) -> PeerFailureError:
         """The error for a broken link to ``peer``. A peer's connection usually breaks
@@ -421,7 +336,7 @@ class TCPTransport:
             links, self._links = list(self._links.values()), {}
             self._ready.notify_all()
         for link in links:
-            link.sock.close()
+            link.close()
         for listener in self._listeners:
             listener.close()
         self._wake_r.close()
@@ -451,3 +366,29 @@ def _dial_unix(name_hex: str | None) -> socket.socket | None:
         sock.close()
         return None
     return sock
+
+
+def _send_channel(sock: socket.socket) -> shm.Channel:
+    """Create the rings of a new same-host link and hand their memory to the peer."""
+    channel, fd = shm.Channel.create()
+    try:
+        socket.send_fds(sock, [b"M"], [fd])
+    except OSError:
+        channel.close()
+        raise
+    finally:
+        os.close(fd)
+    return channel
+
+
+def _receive_channel(sock: socket.socket, deadline: float) -> shm.Channel:
+    sock.settimeout(max(0.01, deadline - time.monotonic()))
+    try:
+        message, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    except TimeoutError:
+        raise wire.WireError("timed out waiting for the shared memory") from None
+    if message != b"M" or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        raise wire.WireError("sent no shared memory where it promised some")
+    return shm.Channel(fds[0], creator=False)

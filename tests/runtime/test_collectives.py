@@ -12,6 +12,6 @@ from tests.runtime.threads import run_ranks
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
 def test_every_collective_and_dtype(size: int) -> None:
-    counts = run_ranks(size, lambda comm: Checks(CommunicatorAPI(comm), big=2001).run_all(),
+    counts = run_ranks(size, lambda comm: Checks(CommunicatorAPI(comm), big=9001).run_all(),
                        chunk_bytes=1024)
     assert len(set(counts)) == 1 and counts[0] > 500

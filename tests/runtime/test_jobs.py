@@ -25,7 +25,8 @@ CHUNKED = {"GCURUN_CHUNK_BYTES": "65536"}
 JOBS = [
     pytest.param("tcp", 1, {}, id="tcp-1"),
     pytest.param("tcp", 2, CHUNKED, id="tcp-2"),
-    pytest.param("tcp", 3, {**CHUNKED, "GCURUN_CMA": "0"}, id="tcp-3-sockets-only"),
+    pytest.param("tcp", 3, {**CHUNKED, "GCURUN_CMA": "0", "GCURUN_SHM": "0"},
+                 id="tcp-3-unix-sockets-only"),
     pytest.param("tcp", 4, CHUNKED, id="tcp-4"),
     pytest.param("mpi", 1, {}, id="mpi-1", marks=[pytest.mark.mpi, needs_mpi]),
     pytest.param("mpi", 2, CHUNKED, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
