@@ -147,7 +147,7 @@ class Mover:
         # A callback may have queued a send (an acknowledgement): the next pass moves it.
         if (wrote and channel.outgoing.sleeping(reader=True)) or \
                 (read and channel.incoming.sleeping(reader=False)):
-            self._ring_doorbell(link)
+            self.ring_doorbell(link)
         return wrote or read
 
     # -- waiting ----------------------------------------------------------------------------
@@ -215,7 +215,7 @@ class Mover:
         if link.sends:
             channel.outgoing.set_sleeping(reader=False, value=value)
 
-    def _ring_doorbell(self, link: Link) -> None:
+    def ring_doorbell(self, link: Link) -> None:
         try:
             link.sock.send(b"\x07")
         except (BlockingIOError, InterruptedError):

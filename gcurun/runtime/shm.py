@@ -24,8 +24,8 @@ import sys
 RING_BYTES = 1 << 20
 CONTROL_BYTES = 4096
 NAP_SECONDS = 0.002
-# Offsets of the control words (each on its own cache line).
-HEAD, TAIL, READER_SLEEPS, WRITER_SLEEPS = 0, 64, 128, 192
+# Indices of the control words (8-byte words, each on its own cache line).
+HEAD, TAIL, READER_SLEEPS, WRITER_SLEEPS = 0, 8, 16, 24
 
 
 def available() -> bool:
@@ -53,51 +53,66 @@ class Ring:
     def write(self, src: memoryview) -> int:
         """Copy as much of ``src`` as fits; return how many bytes."""
         words, capacity = self._words, self._capacity
-        head = words[HEAD // 8]
-        free = capacity - (head - words[TAIL // 8])
-        count = min(free, len(src))
+        head = words[HEAD]
+        count = capacity - (head - words[TAIL])
+        if count > len(src):
+            count = len(src)
         if count <= 0:
             return 0
         start = head % capacity
-        first = min(count, capacity - start)
+        first = capacity - start
+        if first > count:
+            first = count
         self._data[start:start + first] = src[:first]
         if count > first:
             self._data[:count - first] = src[first:count]
-        words[HEAD // 8] = head + count            # publish after the data is stored
+        words[HEAD] = head + count            # publish after the data is stored
         return count
+
+    def write_all(self, src: memoryview) -> bool:
+        """Copy all of ``src`` if it fits (else nothing); return whether it did."""
+        words = self._words
+        if self._capacity - (words[HEAD] - words[TAIL]) < len(src):
+            return False
+        self.write(src)
+        return True
 
     def writable(self) -> bool:
         words = self._words
-        return words[HEAD // 8] - words[TAIL // 8] < self._capacity
+        return words[HEAD] - words[TAIL] < self._capacity
 
     # -- reader ---------------------------------------------------------------------------
 
     def read_into(self, dst: memoryview) -> int:
         """Copy as many waiting bytes as ``dst`` holds; return how many."""
         words, capacity = self._words, self._capacity
-        tail = words[TAIL // 8]
-        count = min(words[HEAD // 8] - tail, len(dst))
+        tail = words[TAIL]
+        count = words[HEAD] - tail
+        if count > len(dst):
+            count = len(dst)
         if count <= 0:
             return 0
         start = tail % capacity
-        first = min(count, capacity - start)
+        first = capacity - start
+        if first > count:
+            first = count
         dst[:first] = self._data[start:start + first]
         if count > first:
             dst[first:count] = self._data[:count - first]
-        words[TAIL // 8] = tail + count             # free after the data is read
+        words[TAIL] = tail + count             # free after the data is read
         return count
 
     def readable(self) -> bool:
         words = self._words
-        return words[HEAD // 8] != words[TAIL // 8]
+        return words[HEAD] != words[TAIL]
 
     # -- sleeping -------------------------------------------------------------------------
 
     def set_sleeping(self, reader: bool, value: bool) -> None:
-        self._words[(READER_SLEEPS if reader else WRITER_SLEEPS) // 8] = int(value)
+        self._words[READER_SLEEPS if reader else WRITER_SLEEPS] = int(value)
 
     def sleeping(self, reader: bool) -> bool:
-        return bool(self._words[(READER_SLEEPS if reader else WRITER_SLEEPS) // 8])
+        return bool(self._words[READER_SLEEPS if reader else WRITER_SLEEPS])
 
 
 class Channel:
