@@ -151,19 +151,16 @@ def broadcast(t: Transport, buf: np.ndarray, root: int, chunk: int) -> None:
     if len(buf) <= chunk or p == 2:
         _tree_broadcast(t, buf, root, virtual)
         return
-    nxt = (t.rank + 1) % p if virtual < p - 1 else None
-    prv = (t.rank - 1) % p if virtual > 0 else None
+    nxt, prv = (t.rank + 1) % p, (t.rank - 1) % p
     pieces = [buf[start:start + chunk] for start in range(0, len(buf), chunk)]
     for index, piece in enumerate(pieces):
-        if prv is None:
-            t.send(piece, nxt)                                     # root
-        elif nxt is None:
-            t.recv(piece, prv)                                     # end of the chain
-        elif index == 0:
-            t.recv(piece, prv)
+        if virtual == 0:
+            t.send(piece, nxt)                                     # the root
+        elif virtual == p - 1 or index == 0:
+            t.recv(piece, prv)                                     # the end of the chain
         else:
             t.sendrecv(pieces[index - 1], nxt, piece, prv)         # forward while receiving
-    if prv is not None and nxt is not None:
+    if 0 < virtual < p - 1:
         t.send(pieces[-1], nxt)
 
 

@@ -201,13 +201,12 @@ def _init_tcp(env: RuntimeEnv) -> _State:
     except BaseException:
         transport.close()
         raise
-    derived = derive_topology([str(p.get("host")) for p in peers], facts.rank)
-    if None not in (facts.local_rank, facts.local_size, facts.cross_rank, facts.cross_size):
+    topology = derive_topology([str(p.get("host")) for p in peers], facts.rank)
+    if facts.local_rank is not None and facts.local_size is not None \
+            and facts.cross_rank is not None and facts.cross_size is not None:
+        # The launcher's plan is the truth (its hosts may share one kernel in tests).
         topology = Topology(facts.rank, facts.size, facts.local_rank, facts.local_size,
-                            facts.cross_rank, facts.cross_size,  # type: ignore[arg-type]
-                            derived.homogeneous)
-    else:
-        topology = derived
+                            facts.cross_rank, facts.cross_size, topology.homogeneous)
     return _State("tcp", transport, Communicator(transport, env.chunk_bytes), topology, env)
 
 

@@ -119,16 +119,16 @@ def _tcp_transport(env: RuntimeEnv, mpi_comm: Any) -> tuple[Any, Callable[[], No
     from gcurun.runtime.tcp_transport import TCPTransport
 
     server = None
-    if env.rendezvous is not None and env.secret is not None and env.facts is not None:
+    address: tuple[str, int] | None = env.rendezvous
+    secret: bytes | None = env.secret
+    if address is not None and secret is not None and env.facts is not None:
         rank, size = env.facts.rank, env.facts.size
-        address, secret = env.rendezvous, env.secret
     else:
         import socket
 
         from gcurun.runtime.rendezvous import RendezvousServer, new_secret
 
         rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
-        address = secret = None
         if rank == 0:
             hosts = mpi_comm.gather(socket.gethostname(), root=0)
             host = "127.0.0.1" if len(set(hosts)) == 1 else socket.gethostname()
@@ -139,6 +139,7 @@ def _tcp_transport(env: RuntimeEnv, mpi_comm: Any) -> tuple[Any, Callable[[], No
         else:
             mpi_comm.gather(socket.gethostname(), root=0)
         address, secret = mpi_comm.bcast((address, secret), root=0)
+    assert address is not None and secret is not None
     transport = TCPTransport(rank=rank, size=size, generation=1, hostname=_hostname(env),
                              rendezvous=address, secret=secret, timeout=env.timeout_seconds,
                              cma=env.cma, rings=env.rings)

@@ -176,7 +176,7 @@ class Communicator:
         plan = _Tiny(request, invariant, views, UFUNCS[rop], postscale)
         if self.size == 2:
             start = (1 - self.rank) * BLOCK
-            plan.peer_header = memoryview(self.negotiator.gathered)[start:start + len(invariant)]
+            plan.peer_header = self.negotiator.gathered.data[start:start + len(invariant)]
         if len(self._tiny) > 1024:
             self._tiny.clear()
         self._tiny[(tensor.dtype, tensor.shape, op, name, postscale)] = plan
@@ -328,7 +328,7 @@ class Communicator:
             else:
                 received = np.empty(length, np.uint8)
                 alg.broadcast(self.transport, received, root_rank, self.chunk_bytes)
-        return pickle.loads(received)
+        return pickle.loads(received.data)
 
     def allgather_object(self, obj: Any, name: str | None = None) -> list[Any]:
         payload = np.frombuffer(pickle.dumps(obj), np.uint8)

@@ -97,7 +97,7 @@ class Agreement:
         self.all_inline = all_inline
 
     def varying(self, rank: int) -> int:
-        return VARYING.unpack_from(self._gathered, rank * BLOCK + VARYING_OFFSET)[0]
+        return VARYING.unpack_from(self._gathered.data, rank * BLOCK + VARYING_OFFSET)[0]
 
     def inline(self, rank: int, dtype: np.dtype, count: int) -> np.ndarray:
         start = rank * BLOCK + HEADER.size
@@ -114,7 +114,7 @@ class Negotiator:
         # Every rank's block in rank order; this rank builds its own in place.
         self.gathered = np.zeros(size * BLOCK, np.uint8)
         self.mine = self.gathered[rank * BLOCK:(rank + 1) * BLOCK]
-        self._view = memoryview(self.gathered)
+        self._view = self.gathered.data
         self._work = np.zeros(size * BLOCK, np.uint8)
         # exchange() gathers every rank's block into ``gathered``: two ranks swap blocks in
         # one prepared exchange, more use Bruck's allgather.
@@ -149,7 +149,7 @@ class Negotiator:
 
     def write_header(self, invariant: bytes, varying: int, flags: int) -> None:
         self._view[self.transport.rank * BLOCK:][:INVARIANT_BYTES] = invariant
-        VARYING.pack_into(self.mine, VARYING_OFFSET, varying, flags)
+        VARYING.pack_into(self.mine.data, VARYING_OFFSET, varying, flags)
 
     def _allgather(self) -> None:
         if self.transport.size > 1:

@@ -287,14 +287,14 @@ class TCPTransport:
         send_bytes = 0 if sendbuf is None else sendbuf.nbytes
         recv_bytes = 0 if recvbuf is None else recvbuf.nbytes
         links = []
-        if recv_bytes:
+        if recvbuf is not None and recv_bytes:
             inc = self._link(source)
             links.append(inc)
             if inc.pull and recv_bytes >= CMA_MIN_BYTES:
                 self._expect_descriptor(inc, recvbuf, recv_bytes)
             else:
                 inc.recvs.append([memoryview(recvbuf).cast("B"), 0, None])
-        if send_bytes:
+        if sendbuf is not None and send_bytes:
             out = self._link(dest)
             if not links or out is not links[0]:
                 links.append(out)
