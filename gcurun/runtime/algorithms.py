@@ -95,15 +95,23 @@ def ring_allreduce(t: Transport, send: np.ndarray, out: np.ndarray, ufunc: np.uf
     ring_allgather(t, out, segments)
 
 
-def gather_allreduce(t: Transport, send: np.ndarray, out: np.ndarray,
-                     ufunc: np.ufunc) -> None:
-    """``out`` = reduction of every rank's ``send``, by gathering every rank's tensor
-    (Bruck) and reducing in rank order: the same bits on every rank. For small tensors."""
-    width = send.nbytes
-    gathered = np.empty(t.size * width, np.uint8)
-    bruck_allgather(t, send.view(np.uint8), np.empty_like(gathered), gathered)
-    blocks = gathered.view(send.dtype).reshape(t.size, -1) if width else \
-        np.empty((t.size, 0), send.dtype)
+def gather_allreduce(t: Transport, send: np.ndarray, out: np.ndarray, ufunc: np.ufunc,
+                     scratch: np.ndarray | None = None) -> None:
+    """``out`` = reduction of every rank's ``send`` (``out`` may be ``send``), by gathering
+    every rank's tensor and reducing in rank order: the same bits on every rank, in
+    ceil(log2 p) exchanges. For small tensors. ``scratch`` (optional) holds 2p tensors."""
+    p, width = t.size, send.nbytes
+    if scratch is None:
+        scratch = np.empty(2 * p * width, np.uint8)
+    if p == 2:
+        theirs = scratch[:width].view(send.dtype)
+        t.sendrecv(send, 1 - t.rank, theirs, 1 - t.rank)
+        reduce_blocks(ufunc, [send, theirs] if t.rank == 0 else [theirs, send], out)
+        return
+    gathered, work = scratch[:p * width], scratch[p * width:2 * p * width]
+    bruck_allgather(t, send.view(np.uint8), work, gathered)
+    blocks = gathered.view(send.dtype).reshape(p, -1) if width else np.empty((p, 0),
+                                                                              send.dtype)
     reduce_blocks(ufunc, list(blocks), out)
 
 

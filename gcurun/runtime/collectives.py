@@ -60,17 +60,18 @@ class _Guard:
             raise self.comm._failed(exc, self.request) from None  # type: ignore[arg-type]
 
 
-class _Tiny:
+class _Small:
     """A prepared allreduce of one small signature (dtype, shape, op, name, postscale)."""
 
     __slots__ = ("request", "invariant", "views", "ufunc", "postscale", "finish",
-                 "peer_header")
+                 "peer_header", "scratch")
 
     def __init__(self, request: Request, invariant: bytes, views: list[np.ndarray],
-                 ufunc: np.ufunc, postscale: float):
+                 ufunc: np.ufunc, postscale: float, scratch: np.ndarray | None):
         self.request = request
         self.invariant = invariant
-        self.views = views          # every rank's inline data in the gathered blocks
+        self.views = views          # every rank's inline data in the gathered blocks, or []
+        self.scratch = scratch      # room to gather tensors too large to ride inline
         self.ufunc = ufunc
         self.postscale = postscale
         self.finish = request.op == ReduceOp.AVERAGE or postscale != 1.0
@@ -93,7 +94,7 @@ class Communicator:
         self._chunks: dict[np.dtype, np.ndarray] = {}
         self._lock = threading.Lock()
         self._failure: str | None = None
-        self._tiny: dict[tuple, _Tiny] = {}
+        self._small: dict[tuple, _Small] = {}
 
     # -- reductions ---------------------------------------------------------------------
 
@@ -102,12 +103,12 @@ class Communicator:
                   name: str | None = None, inplace: bool = False) -> np.ndarray:
         """The reduction of ``tensor`` over all ranks, same shape and dtype."""
         if type(tensor) is np.ndarray and prescale_factor == 1.0:
-            plan = self._tiny.get((tensor.dtype, tensor.shape, op, name, postscale_factor))
-            if plan is None and tensor.nbytes <= INLINE_CAPACITY:
-                plan = self._plan_tiny(tensor, op, name, postscale_factor)
+            plan = self._small.get((tensor.dtype, tensor.shape, op, name, postscale_factor))
+            if plan is None and tensor.nbytes <= GATHER_REDUCE_BYTES:
+                plan = self._plan_small(tensor, op, name, postscale_factor)
             if plan is not None and tensor.flags.c_contiguous and (
                     not inplace or tensor.flags.writeable):
-                return self._tiny_allreduce(plan, tensor, inplace)
+                return self._small_allreduce(plan, tensor, inplace)
         arr = as_array(tensor)
         op, error = _reduce_op(op)
         error = error or _reduce_error(arr, op, prescale_factor, postscale_factor)
@@ -159,33 +160,37 @@ class Communicator:
         _finish_reduction(out, op, self.size, postscale_factor)
         return out
 
-    def _plan_tiny(self, tensor: np.ndarray, op: Any, name: str | None,
-                   postscale: float) -> _Tiny | None:
-        """How to allreduce tensors like ``tensor`` with one exchange of inline blocks, or
-        None when the general path must handle (and report) the call."""
+    def _plan_small(self, tensor: np.ndarray, op: Any, name: str | None,
+                   postscale: float) -> _Small | None:
+        """How to allreduce small tensors like ``tensor`` without the general path's
+        preparations, or None when the general path must handle (and report) the call."""
         rop, error = _reduce_op(op)
         if error or _reduce_error(tensor, rop, 1.0, postscale):
             return None
         request = Request(OpKind.ALLREDUCE, name, tensor.dtype, tensor.shape, rop)
         invariant = self.negotiator.invariant(request)
-        views = []
-        for rank in range(self.size):
-            start = rank * BLOCK + HEADER.size
-            region = self.negotiator.gathered[start:start + tensor.nbytes]
-            views.append(region.view(tensor.dtype).reshape(tensor.shape))
-        plan = _Tiny(request, invariant, views, UFUNCS[rop], postscale)
+        views, scratch = [], None
+        if tensor.nbytes <= INLINE_CAPACITY:
+            for rank in range(self.size):
+                start = rank * BLOCK + HEADER.size
+                region = self.negotiator.gathered[start:start + tensor.nbytes]
+                views.append(region.view(tensor.dtype).reshape(tensor.shape))
+        else:
+            scratch = np.empty(2 * self.size * tensor.nbytes, np.uint8)
+        plan = _Small(request, invariant, views, UFUNCS[rop], postscale, scratch)
         if self.size == 2:
             start = (1 - self.rank) * BLOCK
             plan.peer_header = self.negotiator.gathered.data[start:start + len(invariant)]
-        if len(self._tiny) > 1024:
-            self._tiny.clear()
-        self._tiny[(tensor.dtype, tensor.shape, op, name, postscale)] = plan
+        if len(self._small) > 1024:
+            self._small.clear()
+        self._small[(tensor.dtype, tensor.shape, op, name, postscale)] = plan
         return plan
 
-    def _tiny_allreduce(self, plan: _Tiny, tensor: np.ndarray, inplace: bool) -> np.ndarray:
-        """Allreduce of a tensor that fits in the negotiation block: the header exchange
-        carries the data, so one exchange completes the call. (The general path written
-        out flat: this is the latency of every small allreduce.)"""
+    def _small_allreduce(self, plan: _Small, tensor: np.ndarray, inplace: bool) -> np.ndarray:
+        """Allreduce of a small tensor, the general path written out flat (this is the
+        latency of every small allreduce). A tensor that fits in the negotiation block
+        rides in it, so one exchange completes the call; a larger one follows the header
+        in a second exchange (the same messages the general path sends)."""
         negotiator = self.negotiator
         views = plan.views
         lock = self._lock
@@ -194,27 +199,25 @@ class Communicator:
             if self._failure is not None:
                 raise self._refuse(plan.request)
             if negotiator.header_owner is not plan:
-                negotiator.write_header(plan.invariant, 0, INLINE)
+                negotiator.write_header(plan.invariant, 0, INLINE if views else 0)
                 negotiator.header_owner = plan
-            views[self.rank][...] = tensor
+            if views:
+                views[self.rank][...] = tensor
             try:
                 negotiator.exchange()
+                peer_header = plan.peer_header
+                if not (peer_header == plan.invariant if peer_header is not None
+                        else negotiator.agreed(plan.invariant)):
+                    negotiator.header_owner = None
+                    negotiator.raise_disagreement(plan.request)
+                if not views:
+                    out = tensor if inplace else np.empty_like(tensor)
+                    alg.gather_allreduce(self.transport, tensor.reshape(-1), out.reshape(-1),
+                                         plan.ufunc, plan.scratch)
             except (PeerFailureError, CollectiveTimeout) as exc:
                 raise self._failed(exc, plan.request) from None
-            peer_header = plan.peer_header
-            if not (peer_header == plan.invariant if peer_header is not None
-                    else negotiator.agreed(plan.invariant)):
-                negotiator.header_owner = None
-                negotiator.raise_disagreement(plan.request)
-            if self.size == 1:
-                out = tensor if inplace else tensor.copy()
-            elif inplace or not tensor.ndim:
-                out = plan.ufunc(views[0], views[1],
-                                 out=tensor if inplace else np.empty_like(tensor))
-            else:
-                out = plan.ufunc(views[0], views[1])
-            for view in views[2:]:
-                plan.ufunc(out, view, out=out)
+            if views:
+                out = _reduce_views(plan, tensor, inplace)
         finally:
             lock.release()
         if plan.finish:
@@ -385,6 +388,20 @@ class Communicator:
         if isinstance(root, (int, np.integer)) and 0 <= root < self.size:
             return None
         return f"root_rank={root!r} is not a rank of this job; use 0..{self.size - 1}"
+
+
+def _reduce_views(plan: _Small, tensor: np.ndarray, inplace: bool) -> np.ndarray:
+    """Reduce the inline data of every rank, in rank order."""
+    views = plan.views
+    if len(views) == 1:
+        return tensor if inplace else tensor.copy()
+    if inplace or not tensor.ndim:      # (a 0-d result would come back as a scalar)
+        out = plan.ufunc(views[0], views[1], out=tensor if inplace else np.empty_like(tensor))
+    else:
+        out = plan.ufunc(views[0], views[1])
+    for view in views[2:]:
+        plan.ufunc(out, view, out=out)
+    return out
 
 
 def _dtype_error(arr: np.ndarray) -> str | None:
