@@ -64,7 +64,7 @@ class _Small:
     """A prepared allreduce of one small signature (dtype, shape, op, name, postscale)."""
 
     __slots__ = ("request", "invariant", "views", "ufunc", "postscale", "finish",
-                 "peer_header", "scratch")
+                 "peer_header", "scratch", "plain")
 
     def __init__(self, request: Request, invariant: bytes, views: list[np.ndarray],
                  ufunc: np.ufunc, postscale: float, scratch: np.ndarray | None):
@@ -75,6 +75,8 @@ class _Small:
         self.ufunc = ufunc
         self.postscale = postscale
         self.finish = request.op == ReduceOp.AVERAGE or postscale != 1.0
+        # Two ranks, a result of at least one dimension: one ufunc call makes it.
+        self.plain = len(views) == 2 and len(request.shape) > 0
         self.peer_header: memoryview | None = None    # where the one peer's header lands
 
 
@@ -217,7 +219,10 @@ class Communicator:
             except (PeerFailureError, CollectiveTimeout) as exc:
                 raise self._failed(exc, plan.request) from None
             if views:
-                out = _reduce_views(plan, tensor, inplace)
+                if plan.plain and not inplace:    # the common case, spelled out
+                    out = plan.ufunc(views[0], views[1])
+                else:
+                    out = _reduce_views(plan, tensor, inplace)
         finally:
             lock.release()
         if plan.finish:

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from gcurun.runtime.api import ReduceOp
+from gcurun.runtime import basics
+from gcurun.runtime.api import NotInitializedError, ReduceOp
 from gcurun.runtime.basics import communicator
 
 Average = ReduceOp.AVERAGE
@@ -34,8 +35,10 @@ def allreduce(tensor: Any, average: bool | None = None, name: str | None = None,
     ``postscale_factor`` the result. Every rank must pass the same shape, dtype and op."""
     if op is None or average is not None:
         op = _op(op, average)
-    return communicator("allreduce").allreduce(tensor, op, prescale_factor, postscale_factor,
-                                               name)
+    state = basics._state          # read directly: this call is the latency of small tensors
+    if state is None:
+        raise NotInitializedError("allreduce")
+    return state.communicator.allreduce(tensor, op, prescale_factor, postscale_factor, name)
 
 
 def allreduce_(tensor: Any, average: bool | None = None, name: str | None = None,
