@@ -26,7 +26,14 @@ def local_groups(plan: LaunchPlan, settings: Settings,
     return [LocalRankGroup(ranks, workdir=plan.workdir, extra_env=secrets)] if ranks else []
 
 
-EXECUTORS: dict[str, GroupFactory] = {"local": local_groups}
+def mpi_groups(plan: LaunchPlan, settings: Settings,
+               secrets: Mapping[str, str]) -> Sequence[RankGroup]:
+    from gcurun.launch.mpi_group import mpi_groups as make
+
+    return make(plan, settings, secrets)
+
+
+EXECUTORS: dict[str, GroupFactory] = {"local": local_groups, "mpi": mpi_groups}
 
 
 def make_groups(plan: LaunchPlan, settings: Settings,
