@@ -1,0 +1,56 @@
+"""Entry point: ``gcurun [OPTIONS] COMMAND...`` runs a job; ``gcurun check|bench|timeline``
+are subcommands. One boundary turns gcurun's errors into messages and exit codes."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+import click
+
+from gcurun.errors import GcurunError
+
+# Subcommands, imported only when named so `gcurun --help` and plain runs stay fast.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("gcurun.cli.check", "check"),
+}
+
+
+def load_command(args: Sequence[str]) -> tuple[click.Command, list[str]]:
+    """The click command that handles ``args``: a subcommand when the first argument names
+    one (``gcurun run ...`` is the explicit form of the default), else the run command."""
+    if args and args[0] in SUBCOMMANDS:
+        module, attr = SUBCOMMANDS[args[0]]
+        return getattr(__import__(module, fromlist=[attr]), attr), list(args[1:])
+    from gcurun.cli.run import run
+
+    return run, list(args[1:] if args and args[0] == "run" else args)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run gcurun and exit with its code: 0, 2 for bad input, 1 for a launch failure,
+    the failing rank's code when a rank fails, 128+N after signal N."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command, rest = load_command(args)
+    name = "gcurun" if command.name == "run" else f"gcurun {command.name}"
+    sys.exit(guarded(lambda: command.main(rest, prog_name=name, standalone_mode=False)))
+
+
+def guarded(call: Callable[[], object]) -> int:
+    """Call ``call`` inside the error boundary and return the process exit code."""
+    try:
+        result = call()
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 130
+    except GcurunError as exc:
+        from gcurun.cli.render import report_error
+
+        report_error(exc)
+        return exc.exit_code
+    return result if isinstance(result, int) else 0

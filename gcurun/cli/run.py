@@ -1,0 +1,232 @@
+"""``gcurun [OPTIONS] COMMAND...``: options -> settings -> plan -> running job."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from gcurun import __version__
+from gcurun.errors import UsageError
+
+ACCELERATORS = ("gcu", "cuda", "rocm", "ascend", "mlu", "none")
+
+# CLI parameter name -> dotted settings key (the profile and environment use the same keys).
+SETTING_KEYS = {
+    "np": "np", "oversubscribe": "oversubscribe", "accelerator": "accelerator",
+    "launcher": "launcher", "bind_to": "bind_to", "map_by": "map_by",
+    "report_bindings": "report_bindings", "output_dir": "output_dir",
+    "grace_seconds": "grace_seconds", "workdir": "workdir",
+    "ssh_user": "ssh.user", "ssh_port": "ssh.port", "ssh_identity_file": "ssh.identity_file",
+    "host_key_policy": "ssh.host_key_policy", "python": "ssh.python",
+    "ssh_timeout": "ssh.timeout", "ssh_config": "ssh.config_file",
+    "mpirun": "mpi.mpirun", "network_interface": "mpi.network_interface",
+    "fusion_threshold_mb": "runtime.fusion_threshold_mb",
+    "cycle_time_ms": "runtime.cycle_time_ms", "timeline_filename": "runtime.timeline",
+    "timeline_mark_cycles": "runtime.timeline_mark_cycles",
+    "stall_check_warning_seconds": "runtime.stall_check_warning_seconds",
+    "stall_check_shutdown_seconds": "runtime.stall_check_shutdown_seconds",
+}
+
+
+def _options(func):
+    """The run command's options, grouped as in the reference docs."""
+    opts = [
+        # Where ranks run
+        click.option("-np", "--num-proc", "np", type=int, metavar="N",
+                     help="Number of ranks (default: every slot of the hosts)."),
+        click.option("-H", "--hosts", "hosts", metavar="SPEC",
+                     help="Hosts and slots: a:8,b:8  user@host:4  [fe80::1]:2  node[01-04]:8"),
+        click.option("--hostfile", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Hostfile with 'host slots=N' or 'host:N' lines."),
+        click.option("--oversubscribe", is_flag=True, default=None,
+                     help="Allow more ranks than slots."),
+        click.option("--profile", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="YAML cluster profile (also GCURUN_PROFILE)."),
+        # Devices and environment
+        click.option("--accelerator", type=click.Choice(ACCELERATORS),
+                     help="Accelerator kind; picks the device variable (default gcu)."),
+        click.option("--devices", metavar="IDS",
+                     help="Device ids per host, in local-rank order: 0,2,4,6."),
+        click.option("-x", "--env", "env", multiple=True, metavar="NAME[=VALUE]",
+                     help="Forward NAME from this environment, or set NAME=VALUE."),
+        # How ranks start
+        click.option("--launcher", type=click.Choice(["local", "ssh", "mpi"]),
+                     help="Executor (default: local, or ssh when a host is remote)."),
+        click.option("--mpi", "use_mpi", is_flag=True, help="Start ranks with mpirun."),
+        click.option("--bind-to", type=click.Choice(["none", "core", "socket", "numa"]),
+                     help="Bind each rank to cores, a socket or a NUMA node."),
+        click.option("--map-by", type=click.Choice(["slot", "numa", "socket"]),
+                     help="Spread ranks over slots, NUMA nodes or sockets."),
+        click.option("--report-bindings", is_flag=True, default=None,
+                     help="Print each rank's CPUs and NUMA node."),
+        click.option("--workdir", metavar="DIR",
+                     help="Working directory of the ranks (default: this one)."),
+        click.option("--grace-seconds", type=float, metavar="S",
+                     help="SIGTERM-to-SIGKILL grace when stopping ranks (default 10)."),
+        click.option("--master-addr", metavar="ADDR",
+                     help="MASTER_ADDR for torch (default: rank 0's host)."),
+        click.option("--master-port", type=int, metavar="PORT",
+                     help="MASTER_PORT for torch (default: a free port)."),
+        # Output
+        click.option("--output-dir", metavar="DIR",
+                     help="Also write rank-N.stdout.log / rank-N.stderr.log under DIR."),
+        click.option("--show-ranks", metavar="RANKS",
+                     help="Only these ranks reach the console: 0,2-3."),
+        click.option("--color", type=click.Choice(["auto", "always", "never"]),
+                     default="auto", show_default=True, help="Colour rank prefixes."),
+        # SSH
+        click.option("--ssh-user", metavar="USER", help="Remote user."),
+        click.option("--ssh-port", type=int, metavar="PORT", help="Remote SSH port."),
+        click.option("--ssh-identity-file", metavar="FILE", help="Private key to use."),
+        click.option("--ssh-config", metavar="FILE", help="SSH config (default ~/.ssh/config)."),
+        click.option("--ssh-timeout", type=float, metavar="S",
+                     help="Seconds to connect and pass the preflight (default 10)."),
+        click.option("--host-key-policy", type=click.Choice(["strict", "accept-new", "off"]),
+                     help="Unknown host keys: refuse (default), accept new, or ignore."),
+        click.option("--python", metavar="PATH",
+                     help="Remote Python (default: this interpreter's path)."),
+        # MPI
+        click.option("--mpirun", metavar="PATH", help="mpirun to use (default: on PATH)."),
+        click.option("--mpi-args", metavar="ARGS", help="Extra mpirun arguments (quoted)."),
+        click.option("--network-interface", metavar="NAME|CIDR",
+                     help="Network for MPI traffic: eth0 or 10.0.0.0/24."),
+        # Runtime knobs, passed to every rank
+        click.option("--fusion-threshold-mb", type=float, metavar="MB",
+                     help="Tensor fusion buffer size (default 64; 0 disables)."),
+        click.option("--cycle-time-ms", type=float, metavar="MS",
+                     help="Engine cycle time (default 1)."),
+        click.option("--timeline-filename", metavar="FILE",
+                     help="Write a Chrome-trace timeline of the collectives."),
+        click.option("--timeline-mark-cycles", is_flag=True, default=None,
+                     help="Mark engine cycles in the timeline."),
+        click.option("--stall-check-warning-seconds", type=float, metavar="S",
+                     help="Warn about tensors not submitted by every rank (default 60)."),
+        click.option("--stall-check-shutdown-seconds", type=float, metavar="S",
+                     help="Shut the job down after a stall this long (default 0: never)."),
+        # What to do
+        click.option("--dry-run", is_flag=True, help="Print the plan; start nothing."),
+        click.option("--json", "as_json", is_flag=True, help="With --dry-run: print JSON."),
+        click.version_option(__version__, "--version", prog_name="gcurun"),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+EPILOG = """\b
+Subcommands:
+  gcurun check             versions, MPI, NUMA nodes and devices of this host
+Examples:
+  gcurun -np 4 python train.py
+  gcurun -np 16 -H a:8,b:8 python train.py
+  gcurun --mpi --bind-to numa bash run.sh
+  gcurun --profile configs/two-nodes-ssh.yaml python train.py
+"""
+
+
+@click.command(
+    "run", epilog=EPILOG,
+    context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]})
+@_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def run(ctx: click.Context, command: tuple[str, ...], **params: Any) -> int:
+    """Start COMMAND once per rank on every host and supervise the job."""
+    from gcurun.cli.job import launch
+
+    environ = dict(os.environ)
+    return launch(command, given_settings(ctx, params, environ), params, environ,
+                  stdout=sys.stdout, stderr=sys.stderr)
+
+
+def given_settings(ctx: click.Context, params: Mapping[str, Any],
+                   environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings the user gave on the command line, keyed by dotted settings key."""
+    from gcurun.hosts.api import HostSpec
+
+    given = {name: value for name, value in params.items()
+             if value is not None and
+             ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
+    cli: dict[str, Any] = {SETTING_KEYS[n]: v for n, v in given.items() if n in SETTING_KEYS}
+    if given.get("use_mpi"):
+        if cli.get("launcher", "mpi") != "mpi":
+            raise UsageError(f"--mpi conflicts with --launcher {cli['launcher']}; give one")
+        cli["launcher"] = "mpi"
+    if "hosts" in given and "hostfile" in given:
+        raise UsageError("give either -H or --hostfile, not both")
+    hosts: tuple[HostSpec, ...] | None = None
+    if "hosts" in given:
+        from gcurun.hosts.specs import parse_host_specs
+
+        hosts = parse_host_specs(given["hosts"])
+    elif "hostfile" in given:
+        from gcurun.hosts.hostfile import read_hostfile
+
+        hosts = read_hostfile(given["hostfile"])
+    if hosts is not None:
+        cli["hosts"] = hosts
+    if "devices" in given:
+        cli["devices"] = parse_id_list(given["devices"], "--devices")
+    if "mpi_args" in given:
+        cli["mpi.args"] = tuple(shlex.split(given["mpi_args"]))
+    if "show_ranks" in given:
+        cli["show_ranks"] = parse_rank_list(given["show_ranks"])
+    if given.get("env"):
+        cli.update(parse_env_options(given["env"], environ))
+    return cli
+
+
+def parse_id_list(text: str, option: str) -> tuple[str, ...]:
+    """``0,2,4,6`` -> ('0', '2', '4', '6'); ids stay opaque strings."""
+    ids = tuple(part.strip() for part in text.split(","))
+    if not text.strip() or any(not i for i in ids):
+        raise UsageError(f"{option} '{text}': an empty id; write ids separated by commas: "
+                         f"{option} 0,1,2,3")
+    return ids
+
+
+def parse_rank_list(text: str) -> tuple[int, ...]:
+    """``0,2-3`` -> (0, 2, 3)."""
+    ranks: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi or lo)
+        except ValueError:
+            raise UsageError(f"--show-ranks '{text}': '{part}' is not a rank or range; "
+                             "write ranks like 0,2-3") from None
+        if first < 0 or last < first:
+            raise UsageError(f"--show-ranks '{text}': '{part}' is not a rank or range; "
+                             "write ranks like 0,2-3")
+        ranks.extend(range(first, last + 1))
+    return tuple(ranks)
+
+
+def parse_env_options(values: tuple[str, ...], environ: Mapping[str, str]) -> dict[str, Any]:
+    """``-x NAME=VALUE`` sets NAME; ``-x NAME`` forwards NAME's value from this
+    environment (an error when it is not set here)."""
+    env: dict[str, str] = {}
+    forward: list[str] = []
+    for item in values:
+        name, eq, value = item.partition("=")
+        if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise UsageError(f"-x '{item}': '{name}' is not a variable name; "
+                             "write -x NAME or -x NAME=VALUE")
+        if eq:
+            env[name] = value
+        elif name not in environ:
+            raise UsageError(f"-x {name}: {name} is not set in this environment; "
+                             f"set it first or write -x {name}=VALUE")
+        else:
+            forward.append(name)
+    out: dict[str, Any] = {}
+    if env:
+        out["env"] = env
+    if forward:
+        out["forward_env"] = tuple(forward)
+    return out

@@ -1,0 +1,131 @@
+"""Building the launch plan: a pure function from hosts, command and settings to ranks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gcurun.errors import PlanError
+from gcurun.hosts.api import HostSpec
+from gcurun.hosts.local import is_local_host
+from gcurun.launch.api import LauncherName, LaunchPlan, RankSpec
+from gcurun.launch.environment import rank_environment
+
+DEFAULT_LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+LOOPBACK = "127.0.0.1"
+
+
+def assign_ranks(hosts: Sequence[HostSpec], np: int | None, oversubscribe: bool) -> list[int]:
+    """How many ranks each host gets: slots are filled in host order; without ``np``
+    every slot gets a rank. Past the total, ``oversubscribe`` deals one more rank to each
+    host in turn (never past a host's ``max_slots``).
+
+    Raises PlanError when ``np`` is not positive or exceeds what the hosts may take."""
+    total = sum(h.slots for h in hosts)
+    if np is None:
+        return [h.slots for h in hosts]
+    if np < 1:
+        raise PlanError(f"-np {np}: the number of ranks must be at least 1")
+    listed = ", ".join(f"{h.display}:{h.slots}" for h in hosts)
+    if np > total and not oversubscribe:
+        raise PlanError(
+            f"-np {np} asks for more ranks than the {total} slots of the hosts ({listed}); "
+            "add hosts or slots, lower -np, or pass --oversubscribe")
+    counts, left = [], np
+    for h in hosts:
+        take = min(h.slots, left)
+        counts.append(take)
+        left -= take
+    while left:
+        dealt = 0
+        for i, h in enumerate(hosts):
+            if left and (h.max_slots is None or counts[i] < h.max_slots):
+                counts[i] += 1
+                left -= 1
+                dealt += 1
+        if not dealt:
+            room = sum(h.max_slots or 0 for h in hosts)
+            raise PlanError(
+                f"-np {np} exceeds max_slots of every host ({room} in all: {listed}); "
+                "raise max_slots in the hostfile or lower -np")
+    return counts
+
+
+def host_devices(host: HostSpec, default: Sequence[str] | None, count: int) -> tuple[str, ...]:
+    """The device ids of ``host`` for ``count`` ranks: its own list, else ``default``, else
+    ``0..slots-1``. Raises PlanError when the list is shorter than the ranks placed there."""
+    if host.devices is not None:
+        devices, origin = tuple(host.devices), f"the devices of host '{host.display}'"
+    elif default is not None:
+        devices, origin = tuple(default), f"--devices {','.join(default)}"
+    else:
+        devices, origin = tuple(str(i) for i in range(max(host.slots, count))), ""
+    if len(devices) < count:
+        raise PlanError(
+            f"host '{host.display}' runs {count} ranks but {origin} lists only "
+            f"{len(devices)}; list at least {count} devices or place fewer ranks there")
+    return devices
+
+
+def build_plan(
+    hosts: Sequence[HostSpec],
+    command: Sequence[str],
+    *,
+    np: int | None = None,
+    oversubscribe: bool = False,
+    accelerator: str = "gcu",
+    device_var: str | None = "TOPS_VISIBLE_DEVICES",
+    devices: Sequence[str] | None = None,
+    launcher: LauncherName | None = None,
+    local_names: frozenset[str] = DEFAULT_LOCAL_NAMES,
+    job_env: Mapping[str, str] | None = None,
+    forwarded_env: Sequence[str] = (),
+    master_addr: str | None = None,
+    master_port: int = 29500,
+    workdir: str = "/",
+    sources: Mapping[str, str] | None = None,
+) -> LaunchPlan:
+    """Place ranks on hosts and give each its identity, device, argv and environment.
+
+    ``job_env`` is set for every rank (profile env, -x variables, runtime knobs); the
+    identity variables of :func:`rank_environment` win over it. ``master_addr`` defaults to
+    loopback when every rank is local and to rank 0's host otherwise.
+
+    Raises PlanError for an empty command or host list, or ranks that do not fit.
+    """
+    if not command:
+        raise PlanError("no command given; put it after the options: gcurun -np 2 python train.py")
+    if not hosts:
+        raise PlanError("no hosts given; use -H host:slots, --hostfile FILE or a profile")
+    counts = assign_ranks(hosts, np, oversubscribe)
+    used = [(h, n) for h, n in zip(hosts, counts, strict=True) if n > 0]
+    all_local = all(is_local_host(h.name, local_names) for h, _ in used)
+    if launcher is None:
+        launcher = "local" if all_local else "ssh"
+    if master_addr is None:
+        first = used[0][0]
+        master_addr = LOOPBACK if all_local or is_local_host(first.name, local_names) \
+            else first.name
+    cross_sizes = [sum(1 for _, n in used if n > lr) for lr in range(max(counts))]
+    ranks: list[RankSpec] = []
+    for node_rank, (host, count) in enumerate(used):
+        ids = host_devices(host, devices, count) if device_var else ()
+        for local_rank in range(count):
+            device = ids[local_rank] if device_var else None
+            cross_rank = sum(1 for h, n in used[:node_rank] if n > local_rank)
+            env = dict(job_env or {})
+            env.update(rank_environment(
+                rank=len(ranks), size=sum(counts), local_rank=local_rank, local_size=count,
+                cross_rank=cross_rank, cross_size=cross_sizes[local_rank],
+                node_rank=node_rank, hostname=host.name, master_addr=master_addr,
+                master_port=master_port, device_var=device_var, device=device))
+            ranks.append(RankSpec(
+                rank=len(ranks), local_rank=local_rank, local_size=count,
+                cross_rank=cross_rank, cross_size=cross_sizes[local_rank],
+                node_rank=node_rank, host=host.name,
+                is_local=is_local_host(host.name, local_names),
+                device=device, argv=tuple(command), env=env))
+    return LaunchPlan(
+        ranks=tuple(ranks), hosts=tuple(h for h, _ in used), launcher=launcher,
+        accelerator=accelerator, device_var=device_var, master_addr=master_addr,
+        master_port=master_port, workdir=workdir, forwarded_env=tuple(forwarded_env),
+        sources=dict(sources or {}))

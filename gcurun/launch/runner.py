@@ -1,0 +1,84 @@
+"""Running a plan: make the executors' rank groups, start them, supervise to the end."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+from gcurun.config.api import Settings
+from gcurun.launch.api import Event, LaunchPlan, RankGroup
+from gcurun.launch.output import OutputSink
+from gcurun.launch.supervise import InterruptEvent, supervise
+
+# Launcher name -> function making the rank groups of a plan. Executors register here;
+# their modules are imported only when a plan uses them.
+GroupFactory = Callable[[LaunchPlan, Settings, Mapping[str, str]], Sequence[RankGroup]]
+
+
+def local_groups(plan: LaunchPlan, settings: Settings,
+                 secrets: Mapping[str, str]) -> Sequence[RankGroup]:
+    from gcurun.launch.local import LocalRankGroup
+
+    ranks = [r for r in plan.ranks if r.is_local]
+    return [LocalRankGroup(ranks, workdir=plan.workdir, extra_env=secrets)] if ranks else []
+
+
+EXECUTORS: dict[str, GroupFactory] = {"local": local_groups}
+
+
+def make_groups(plan: LaunchPlan, settings: Settings,
+                secrets: Mapping[str, str]) -> Sequence[RankGroup]:
+    try:
+        factory = EXECUTORS[plan.launcher]
+    except KeyError:
+        from gcurun.errors import LaunchError
+
+        raise LaunchError(f"launcher '{plan.launcher}' is not available in this build; "
+                          f"use one of: {', '.join(sorted(EXECUTORS))}") from None
+    return factory(plan, settings, secrets)
+
+
+@contextlib.contextmanager
+def signals_to(events: queue.Queue[Event | InterruptEvent]) -> Iterator[None]:
+    """While inside, SIGINT and SIGTERM become events on ``events`` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+
+    def handler(signum: int, _frame: object) -> None:
+        events.put(InterruptEvent(signum, signal.Signals(signum).name))
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def run_job(plan: LaunchPlan, settings: Settings, sink: OutputSink,
+            secrets: Mapping[str, str] | None = None) -> None:
+    """Start every rank of ``plan`` and supervise them until the job ends.
+
+    Returns when every rank exited 0; raises RanksFailedError, JobInterrupted or
+    LaunchError otherwise, in every case after stopping all ranks.
+    """
+    events: queue.Queue[Event | InterruptEvent] = queue.Queue()
+    groups = make_groups(plan, settings, dict(secrets or {}))
+    with signals_to(events):
+        started: list[RankGroup] = []
+        try:
+            for group in groups:
+                group.start(events)  # type: ignore[arg-type]
+                started.append(group)
+        except BaseException:
+            for group in started:
+                group.terminate(settings.grace_seconds)
+            raise
+        supervise(groups, events, {r.rank: r.host for r in plan.ranks}, sink,
+                  grace_seconds=settings.grace_seconds)

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import pytest
+
+from gcurun.errors import PlanError
+from gcurun.hosts.api import HostSpec
+from gcurun.launch.plan import assign_ranks, build_plan
+
+A8B8 = (HostSpec("a", 8), HostSpec("b", 8))
+
+
+def test_slots_fill_in_host_order():
+    assert assign_ranks(A8B8, 12, False) == [8, 4]
+    assert assign_ranks(A8B8, None, False) == [8, 8]
+    assert assign_ranks(A8B8, 3, False) == [3, 0]
+
+
+def test_oversubscription_deals_round_robin_within_max_slots():
+    hosts = (HostSpec("a", 1), HostSpec("b", 1, max_slots=2))
+    assert assign_ranks(hosts, 5, True) == [3, 2]
+
+
+def test_too_many_ranks_is_an_error_naming_the_arithmetic():
+    with pytest.raises(PlanError) as err:
+        assign_ranks(A8B8, 17, False)
+    assert str(err.value) == (
+        "-np 17 asks for more ranks than the 16 slots of the hosts (a:8, b:8); "
+        "add hosts or slots, lower -np, or pass --oversubscribe")
+
+
+def test_max_slots_bound_oversubscription():
+    with pytest.raises(PlanError, match="exceeds max_slots"):
+        assign_ranks((HostSpec("a", 1, max_slots=1),), 2, True)
+
+
+@pytest.mark.parametrize("np", [0, -3])
+def test_np_must_be_positive(np):
+    with pytest.raises(PlanError, match=f"-np {np}: the number of ranks must be at least 1"):
+        assign_ranks(A8B8, np, False)
+
+
+def test_cross_rank_follows_horovod():
+    # a has 3 ranks, b has 1: local rank 0 exists on both hosts, 1 and 2 only on a.
+    plan = build_plan((HostSpec("a", 3), HostSpec("b", 1)), ["x"])
+    got = [(r.host, r.local_rank, r.cross_rank, r.cross_size, r.node_rank) for r in plan.ranks]
+    assert got == [("a", 0, 0, 2, 0), ("a", 1, 0, 1, 0), ("a", 2, 0, 1, 0), ("b", 0, 1, 2, 1)]
+
+
+def test_environment_contract_for_one_rank():
+    plan = build_plan(A8B8, ["python", "t.py"], np=16, master_port=1234,
+                      job_env={"FOO": "1", "RANK": "overridden"})
+    env = plan.ranks[9].env
+    expected = {
+        "GCURUN_RANK": "9", "GCURUN_SIZE": "16", "GCURUN_LOCAL_RANK": "1",
+        "GCURUN_LOCAL_SIZE": "8", "GCURUN_CROSS_RANK": "1", "GCURUN_CROSS_SIZE": "2",
+        "GCURUN_HOSTNAME": "b", "RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "1", "MASTER_ADDR": "a",
+        "MASTER_PORT": "1234", "TOPS_VISIBLE_DEVICES": "1", "FOO": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    for key, value in expected.items():
+        assert env[key] == value, key
+        if key.startswith("GCURUN_"):
+            assert env["HOROVOD_" + key[7:]] == value
+
+
+def test_devices_are_opaque_and_per_host():
+    hosts = (HostSpec("a", 2, devices=("gcu3", "gcu7")), HostSpec("b", 2))
+    plan = build_plan(hosts, ["x"], devices=("0", "2"))
+    assert [r.device for r in plan.ranks] == ["gcu3", "gcu7", "0", "2"]
+
+
+def test_short_device_list_is_an_error():
+    with pytest.raises(PlanError) as err:
+        build_plan((HostSpec("a", 4),), ["x"], devices=("0", "1"))
+    assert str(err.value) == ("host 'a' runs 4 ranks but --devices 0,1 lists only 2; "
+                              "list at least 4 devices or place fewer ranks there")
+
+
+def test_no_accelerator_sets_no_device_variable():
+    plan = build_plan((HostSpec("a", 2),), ["x"], device_var=None)
+    assert all(r.device is None for r in plan.ranks)
+    assert not any(k.endswith("VISIBLE_DEVICES") for k in plan.ranks[0].env)
+
+
+def test_locality_and_launcher_choice():
+    local = build_plan((HostSpec("localhost", 2),), ["x"])
+    assert local.launcher == "local" and local.master_addr == "127.0.0.1"
+    assert all(r.is_local for r in local.ranks)
+    mixed = build_plan((HostSpec("localhost", 1), HostSpec("b", 1)), ["x"],
+                       master_addr="10.0.0.1")
+    assert mixed.launcher == "ssh" and [r.is_local for r in mixed.ranks] == [True, False]
+    assert mixed.ranks[1].env["MASTER_ADDR"] == "10.0.0.1"
+
+
+def test_empty_command_and_hosts():
+    with pytest.raises(PlanError, match="no command given"):
+        build_plan(A8B8, [])
+    with pytest.raises(PlanError, match="no hosts given"):
+        build_plan((), ["x"])

@@ -1,0 +1,108 @@
+"""The supervisor driven by fake rank groups: no processes."""
+
+from __future__ import annotations
+
+import io
+import queue
+import signal
+
+import pytest
+
+from gcurun.errors import JobInterrupted, RanksFailedError
+from gcurun.launch.api import ExecutorErrorEvent, ExitEvent, OutputEvent
+from gcurun.launch.output import OutputSink
+from gcurun.launch.supervise import InterruptEvent, supervise
+
+
+class FakeGroup:
+    """Records terminate calls; on terminate, reports the given ranks killed by SIGTERM."""
+
+    def __init__(self, events, ranks_killed=()):
+        self.events = events
+        self.ranks_killed = ranks_killed
+        self.terminated = []
+
+    def start(self, events):
+        pass
+
+    def terminate(self, grace_seconds):
+        first = not self.terminated
+        self.terminated.append(grace_seconds)
+        if first:
+            for r in self.ranks_killed:
+                self.events.put(ExitEvent(r, None, signal.SIGTERM))
+        self.ranks_killed = ()
+
+    def pids(self):
+        return {}
+
+
+def run(events, group, hosts, grace=1.0):
+    out, err = io.StringIO(), io.StringIO()
+    sink = OutputSink(out, err)
+    supervise([group], events, hosts, sink, grace_seconds=grace)
+    return out.getvalue(), err.getvalue()
+
+
+def test_success_writes_output_and_cleans_up():
+    events = queue.Queue()
+    group = FakeGroup(events)
+    for e in (OutputEvent(0, "stdout", b"hi\n"), ExitEvent(0, 0), ExitEvent(1, 0)):
+        events.put(e)
+    out, _ = run(events, group, {0: "a", 1: "a"})
+    assert out == "[0] hi\n"
+    assert group.terminated == [1.0]  # leftovers of the job are stopped at the end
+
+
+def test_first_failure_is_root_cause_and_stops_everyone():
+    events = queue.Queue()
+    group = FakeGroup(events, ranks_killed=[0, 2])
+    events.put(OutputEvent(1, "stderr", b"Traceback\nValueError: bad\n"))
+    events.put(ExitEvent(1, 3))
+    with pytest.raises(RanksFailedError) as err:
+        run(events, group, {0: "a", 1: "a", 2: "b"})
+    f = err.value.failure
+    assert (f.rank, f.host, f.exit_code, f.stderr_tail) == (1, "a", 3, ("Traceback",
+                                                                      "ValueError: bad"))
+    assert err.value.exit_code == 3
+    assert len(err.value.others) == 2
+
+
+def test_signal_death_maps_to_128_plus_n():
+    events = queue.Queue()
+    events.put(ExitEvent(0, None, signal.SIGKILL))
+    with pytest.raises(RanksFailedError) as err:
+        run(events, FakeGroup(events), {0: "a"})
+    assert err.value.exit_code == 137
+    assert str(err.value) == "rank 0 on a was killed by SIGKILL"
+
+
+def test_interrupt_stops_all_and_reports_signal():
+    events = queue.Queue()
+    group = FakeGroup(events, ranks_killed=[0, 1])
+    events.put(InterruptEvent(signal.SIGINT, "SIGINT"))
+    with pytest.raises(JobInterrupted) as err:
+        run(events, group, {0: "a", 1: "a"})
+    assert err.value.exit_code == 130
+
+
+def test_lost_ranks_fail_the_job():
+    events = queue.Queue()
+    group = FakeGroup(events, ranks_killed=[0])
+    events.put(ExecutorErrorEvent((1,), "connection to b dropped"))
+    with pytest.raises(RanksFailedError) as err:
+        run(events, group, {0: "a", 1: "b"})
+    assert err.value.failure.error_text == "connection to b dropped"
+    assert err.value.exit_code == 255
+
+
+def test_ranks_that_never_report_are_declared_lost(monkeypatch):
+    import gcurun.launch.supervise as sv
+
+    monkeypatch.setattr(sv, "EXIT_REPORT_SLACK", 0.2)
+    events = queue.Queue()
+    events.put(ExitEvent(0, 1))
+    with pytest.raises(RanksFailedError) as err:
+        run(events, FakeGroup(events), {0: "a", 1: "b"}, grace=0.1)
+    assert err.value.failure.rank == 0
+    assert [o.rank for o in err.value.others] == [1]
