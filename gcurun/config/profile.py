@@ -25,6 +25,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from gcurun.config.schema import HOST_KEYS, KEYS, SECTIONS, Key
 from gcurun.errors import HostSpecError, ProfileError
 from gcurun.hosts.api import HostSpec
+from gcurun.hosts.item import canonical_host
 from gcurun.hosts.specs import parse_host_specs
 
 _TAG = "tag:yaml.org,2002:"
@@ -86,7 +87,12 @@ def parse_profile(text: str, source: str) -> Profile:
     reader = _Reader(source)
     if root is not None and not _is_null(root):
         reader.read_top(root)
-    return Profile(source, reader.values, reader.lines)
+    lines = reader.lines
+    if "hosts" in lines and "hostfile" in lines:
+        first, second = sorted(("hosts", "hostfile"), key=lines.__getitem__)
+        raise ProfileError(f"{source}:{lines[second]}: {second}: '{first}' is given too (line "
+                           f"{lines[first]}); keep one of them")
+    return Profile(source, reader.values, lines)
 
 
 def _compose(text: str, source: str) -> Node | None:
@@ -302,11 +308,12 @@ class _Reader:
         first_line: dict[str, int] = {}
         for item_path, item in items:
             for spec in self.host_item(item_path, item):
-                if spec.name in first_line:
+                same = canonical_host(spec.name)
+                if same in first_line:
                     self.fail(item, item_path, f"host '{spec.name}' is listed twice (first "
-                              f"on line {first_line[spec.name]}); list each host once with "
+                              f"on line {first_line[same]}); list each host once with "
                               "all its slots")
-                first_line[spec.name] = _line(item)
+                first_line[same] = _line(item)
                 hosts.append(spec)
         return tuple(hosts)
 

@@ -8,7 +8,7 @@ environment layer also reads Horovod's names for the runtime knobs (``HOROVOD_CY
 Three keys combine layers instead of replacing them: ``env`` is merged per variable (each
 ``env.NAME`` has its own source), ``forward_env`` is the union of the profile's and the
 CLI's names, and ``hosts``/``hostfile`` are one choice: the highest layer giving either
-decides both.
+decides both, and a hostfile that wins is read into ``hosts`` (the only I/O here).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from gcurun.config.api import MPISettings, RuntimeSettings, Settings, SSHSetting
 from gcurun.config.profile import Profile
 from gcurun.config.schema import KEYS, KEYS_BY_PATH, Key
 from gcurun.errors import HostSpecError, UsageError
+from gcurun.hosts.api import HostSpec
+from gcurun.hosts.hostfile import read_hostfile as _read_hostfile
 from gcurun.hosts.specs import parse_host_specs
 
 PROFILE_VARIABLE = "GCURUN_PROFILE"
@@ -73,20 +75,27 @@ def profile_path_from(cli_value: str | None, environ: Mapping[str, str]) -> str 
     return environ.get(PROFILE_VARIABLE) or None
 
 
+HostfileReader = Callable[[str], tuple[HostSpec, ...]]
+
+
 def resolve_settings(cli: Mapping[str, Any], profile: Profile | None,
-                     environ: Mapping[str, str]) -> Settings:
+                     environ: Mapping[str, str], *,
+                     read_hostfile: HostfileReader = _read_hostfile) -> Settings:
     """Merge the layers into Settings, recording every key's source.
 
     ``cli`` holds only the values the user gave, by dotted key (``hosts`` already parsed
-    into HostSpec records). Raises UsageError for a bad ``GCURUN_*``/``HOROVOD_*`` value
-    (naming the variable) or for hosts and a hostfile given together in one layer, and
-    ValueError for a ``cli`` key that is not a setting (a bug in the caller).
+    into HostSpec records). When the winning host setting is a hostfile (from the profile,
+    ``GCURUN_HOSTFILE`` or a ``hostfile`` CLI key), it is read with ``read_hostfile`` and
+    ``hosts`` holds its hosts. Raises UsageError for a bad ``GCURUN_*``/``HOROVOD_*`` value
+    (naming the variable), for hosts and a hostfile given together in one layer and for a
+    hostfile that cannot be read or parsed; ValueError for a ``cli`` key that is not a
+    setting (a bug in the caller).
     """
     cli_values = _normalise_cli(cli)
     env_values, env_names = read_environment(environ)
     layers = (
         _Layer(cli_values, lambda key: "cli"),
-        _Layer(profile.values if profile else {}, profile.origin if profile else str),
+        _Layer(profile.values, profile.origin) if profile else _Layer({}, str),
         _Layer(env_values, lambda key: f"env:{env_names[key]}"),
     )
     chosen: dict[str, Any] = {}
@@ -101,6 +110,9 @@ def resolve_settings(cli: Mapping[str, Any], profile: Profile | None,
             chosen[key.path] = layer.values[key.path]
             sources[key.path] = layer.label(key.path)
     _choose_hosts(layers, chosen, sources)
+    if chosen.get("hostfile") is not None and chosen.get("hosts") is None:
+        chosen["hosts"] = _hosts_from_file(chosen["hostfile"], sources["hostfile"],
+                                           read_hostfile)
     _merge_env(layers, chosen, sources)
     _merge_forward_env(layers, chosen, sources)
     return _build(chosen, sources)
@@ -245,6 +257,15 @@ def _choose_hosts(layers: Iterable[_Layer], chosen: dict[str, Any],
                 sources[path] = layer.label(path) if path in given else label
             return
     sources["hosts"] = sources["hostfile"] = "default"
+
+
+def _hosts_from_file(path: str, source: str,
+                    read_hostfile: HostfileReader) -> tuple[HostSpec, ...]:
+    try:
+        return tuple(read_hostfile(path))
+    except HostSpecError as exc:
+        where = "--hostfile" if source == "cli" else source.partition(":")[2]
+        raise HostSpecError(f"{where}: {exc}") from None
 
 
 def _merge_env(layers: tuple[_Layer, ...], chosen: dict[str, Any],

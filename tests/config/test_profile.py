@@ -411,3 +411,41 @@ def test_keys_must_be_names():
 ])
 def test_host_errors(text, message):
     assert error(text + "\n") == f"configs/x.yaml:{message}"
+
+
+def test_host_strings_use_the_host_spec_parser():
+    profile = parse("""\
+        hosts:
+          - train@node[01-02]:8
+          - "[fe80::1]:2"
+          - name: node03
+            slots: 4
+        """)
+    assert profile.values["hosts"] == (
+        HostSpec("node01", slots=8, user="train"), HostSpec("node02", slots=8, user="train"),
+        HostSpec("fe80::1", slots=2), HostSpec("node03", slots=4))
+
+
+def test_hosts_as_one_string():
+    assert parse("hosts: a:2, b\n").values["hosts"] == (HostSpec("a", slots=2),
+                                                         HostSpec("b", slots=1))
+
+
+def test_host_spec_errors_keep_the_parser_message_with_file_line_and_key():
+    assert error("np: 2\nhosts:\n  - a:2\n  - node[3-1]:8\n") == (
+        "configs/x.yaml:4: hosts[1]: host spec 'node[3-1]:8': range 3-1 runs backwards; "
+        "write node[1-3]")
+    assert error("hosts: a:x\n") == (
+        "configs/x.yaml:1: hosts: host spec 'a:x': slots must be a whole number, got 'x'; "
+        "write a:N with N at least 1")
+
+
+def test_a_host_in_a_string_and_in_a_mapping_is_listed_twice():
+    assert error("hosts:\n  - node[01-02]:8\n  - name: NODE02\n") == (
+        "configs/x.yaml:3: hosts[1]: host 'NODE02' is listed twice (first on line 2); list "
+        "each host once with all its slots")
+
+
+def test_hosts_and_hostfile_together():
+    assert error("hostfile: h.txt\nnp: 2\nhosts: a:2\n") == (
+        "configs/x.yaml:3: hosts: 'hostfile' is given too (line 1); keep one of them")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gcurun.config.api import MPISettings, RuntimeSettings, Settings, SSHSettings
-from gcurun.config.profile import Profile, parse_profile
+from gcurun.config.profile import Profile, parse_profile, read_profile
 from gcurun.config.resolve import (
     explain_settings,
     profile_path_from,
@@ -198,32 +198,89 @@ def test_unknown_cli_key_is_a_bug_in_the_caller():
 # -- hosts and hostfile ----------------------------------------------------------------------
 
 HOSTS = (HostSpec("a", slots=2), HostSpec("b", slots=2))
+FILE_HOSTS = (HostSpec("f1", slots=4), HostSpec("f2", slots=4))
+
+
+def fake_reader(expected_path: str):
+    def read(path: str) -> tuple[HostSpec, ...]:
+        assert path == expected_path
+        return FILE_HOSTS
+    return read
+
+
+def no_reading(path: str) -> tuple[HostSpec, ...]:
+    raise AssertionError(f"read {path}")
 
 
 def test_cli_hosts_displace_a_profile_hostfile():
     profile = parse_profile("hostfile: hosts.txt\n", "site/p.yaml")
-    settings = resolve_settings({"hosts": list(HOSTS)}, profile, {})
+    settings = resolve_settings({"hosts": list(HOSTS)}, profile, {}, read_hostfile=no_reading)
     assert (settings.hosts, settings.hostfile) == (HOSTS, None)
     assert (settings.sources["hosts"], settings.sources["hostfile"]) == ("cli", "cli")
 
 
 def test_cli_hostfile_displaces_profile_hosts():
     profile = parse_profile("hosts:\n  - {name: a, slots: 2}\n", SOURCE)
-    settings = resolve_settings({"hostfile": "h.txt"}, profile, {})
-    assert (settings.hosts, settings.hostfile) == (None, "h.txt")
+    settings = resolve_settings({"hostfile": "h.txt"}, profile, {},
+                                read_hostfile=fake_reader("h.txt"))
+    assert (settings.hosts, settings.hostfile) == (FILE_HOSTS, "h.txt")
+    assert (settings.sources["hosts"], settings.sources["hostfile"]) == ("cli", "cli")
+
+
+def test_profile_hostfile_is_read_from_the_profile_folder():
+    profile = parse_profile("# hosts\nhostfile: hosts.txt\n", "site/p.yaml")
+    settings = resolve_settings({}, profile, {"GCURUN_HOSTS": "e:1"},
+                                read_hostfile=fake_reader("site/hosts.txt"))
+    assert (settings.hosts, settings.hostfile) == (FILE_HOSTS, "site/hosts.txt")
+    assert settings.sources["hosts"] == settings.sources["hostfile"] == "profile:site/p.yaml:2"
 
 
 def test_profile_hosts_displace_an_environment_hostfile():
     profile = parse_profile("# hosts\nhosts:\n  - {name: a, slots: 2}\n", SOURCE)
-    settings = resolve_settings({}, profile, {"GCURUN_HOSTFILE": "/e/hosts"})
+    settings = resolve_settings({}, profile, {"GCURUN_HOSTFILE": "/e/hosts"},
+                                read_hostfile=no_reading)
     assert (settings.hosts, settings.hostfile) == ((HostSpec("a", slots=2),), None)
     assert settings.sources["hosts"] == settings.sources["hostfile"] == "profile:p.yaml:2"
 
 
 def test_environment_hostfile():
-    settings = resolve_settings({}, None, {"GCURUN_HOSTFILE": "/e/hosts"})
-    assert (settings.hosts, settings.hostfile) == (None, "/e/hosts")
+    settings = resolve_settings({}, None, {"GCURUN_HOSTFILE": "/e/hosts"},
+                                read_hostfile=fake_reader("/e/hosts"))
+    assert (settings.hosts, settings.hostfile) == (FILE_HOSTS, "/e/hosts")
     assert settings.sources["hostfile"] == settings.sources["hosts"] == "env:GCURUN_HOSTFILE"
+
+
+def test_environment_hosts_use_the_host_spec_parser():
+    settings = resolve_settings({}, None, {"GCURUN_HOSTS": "u@node[1-2]:4"})
+    assert settings.hosts == (HostSpec("node1", slots=4, user="u"),
+                              HostSpec("node2", slots=4, user="u"))
+    assert settings.sources["hosts"] == "env:GCURUN_HOSTS"
+
+
+def test_bad_environment_hosts_name_the_variable():
+    with pytest.raises(UsageError) as info:
+        resolve_settings({}, None, {"GCURUN_HOSTS": "a:0"})
+    assert str(info.value) == ("GCURUN_HOSTS='a:0': host spec 'a:0': slots must be at least "
+                               "1, got 0; write a:N with N at least 1")
+
+
+def test_a_real_hostfile_named_by_a_profile(tmp_path):
+    (tmp_path / "hosts.txt").write_text("# two nodes\nnode01 slots=8\nnode02:8\n")
+    (tmp_path / "p.yaml").write_text("np: 16\nhostfile: hosts.txt\n")
+    settings = resolve_settings({}, read_profile(tmp_path / "p.yaml"), {})
+    assert settings.hosts == (HostSpec("node01", slots=8), HostSpec("node02", slots=8))
+    assert settings.hostfile == str(tmp_path / "hosts.txt")
+
+
+def test_a_missing_hostfile_names_where_it_was_given(tmp_path):
+    profile = parse_profile("np: 2\nhostfile: nope.txt\n", "site/p.yaml")
+    with pytest.raises(UsageError) as info:
+        resolve_settings({}, profile, {})
+    assert str(info.value) == ("site/p.yaml:2: hostfile 'site/nope.txt' does not exist; "
+                               "check the path")
+    with pytest.raises(UsageError) as info:
+        resolve_settings({}, None, {"GCURUN_HOSTFILE": "nope.txt"})
+    assert str(info.value) == "GCURUN_HOSTFILE: hostfile 'nope.txt' does not exist; check the path"
 
 
 def test_hosts_and_hostfile_together_are_refused():
