@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from tests.helpers import (RANKS, ROOT, gcurun_cmd, read_ranks, run_gcurun, survivors,
-                           wait_for)
+from tests.helpers import RANKS, ROOT, gcurun_cmd, read_ranks, run_gcurun, survivors, wait_for
 
 WORKER = str(RANKS / "worker.py")
 
