@@ -17,15 +17,17 @@ import math
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gcurun.config.api import MPISettings, RuntimeSettings, Settings, SSHSettings
-from gcurun.config.profile import Profile
 from gcurun.config.schema import KEYS, KEYS_BY_PATH, Key
 from gcurun.errors import HostSpecError, UsageError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.hostfile import read_hostfile as _read_hostfile
 from gcurun.hosts.specs import parse_host_specs
+
+if TYPE_CHECKING:  # the profile module imports yaml; runs without a profile skip it
+    from gcurun.config.profile import Profile
 
 PROFILE_VARIABLE = "GCURUN_PROFILE"
 
