@@ -28,10 +28,18 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
     plan = make_plan(command, settings, params, environ)
     if params.get("as_json") and not params.get("dry_run"):
         raise UsageError("--json only goes with --dry-run; add --dry-run")
+    plan = bind(plan, settings, environ, stderr)
+    if settings.report_bindings and not params.get("as_json"):
+        from gcurun.launch.binding import format_binding_table
+
+        unbound = "by mpirun" if plan.launcher == "mpi" else "not bound"
+        stderr.write(format_binding_table(plan, unbound=unbound) + "\n")
     if params.get("dry_run"):
         from gcurun.cli.render import print_plan
 
-        print_plan(plan, settings, as_json=bool(params.get("as_json")), out=stdout)
+        mpirun = mpirun_preview(plan, settings) if plan.launcher == "mpi" else None
+        print_plan(plan, settings, as_json=bool(params.get("as_json")), out=stdout,
+                   mpirun=mpirun)
         return 0
     from gcurun.launch.output import OutputSink
     from gcurun.launch.runner import run_job
@@ -62,6 +70,35 @@ def make_plan(command: Sequence[str], settings: Settings, params: Mapping[str, A
         forwarded_env=settings.forward_env, master_addr=params.get("master_addr"),
         master_port=master_port, workdir=settings.workdir or os.getcwd(),
         sources=settings.sources)
+
+
+def bind(plan: LaunchPlan, settings: Settings, environ: Mapping[str, str],
+         stderr: TextIO) -> LaunchPlan:
+    """Fill in each rank's CPU and memory binding (local and SSH launches; under mpirun,
+    mpirun binds). Warnings (allowed oversubscription) go to ``stderr``."""
+    if settings.bind_to == "none" or plan.launcher == "mpi":
+        return plan
+    from gcurun.hosts.topology import probe_topology
+    from gcurun.launch.binding import bind_plan
+
+    here = probe_topology()
+    topologies = {r.host: here for r in plan.ranks if r.is_local}
+    plan, warnings = bind_plan(plan, topologies, settings.bind_to, settings.map_by,
+                               oversubscribe=settings.oversubscribe,
+                               user_env={**environ, **settings.env})
+    for warning in warnings:
+        stderr.write(f"gcurun: warning: {warning}\n")
+    return plan
+
+
+def mpirun_preview(plan: LaunchPlan, settings: Settings) -> tuple[tuple[str, ...], str | None]:
+    """The exact mpirun argv a run would use (its hostfile path is a temporary one chosen
+    at start) and the hostfile text."""
+    from gcurun.launch.mpi_group import mpi_command
+
+    command, _ = mpi_command(plan, settings, secrets={},
+                             hostfile_path="$TMPDIR/gcurun-mpi-XXXXXX/hostfile")
+    return command.argv, command.hostfile
 
 
 def free_port() -> int:

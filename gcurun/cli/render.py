@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from gcurun.config.api import Settings
@@ -40,9 +41,14 @@ def plan_to_dict(plan: LaunchPlan) -> dict[str, Any]:
     }
 
 
-def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: TextIO) -> None:
+def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: TextIO,
+               mpirun: tuple[Sequence[str], str | None] | None = None) -> None:
+    """The plan as a table or JSON; ``mpirun`` (argv, hostfile text) for MPI launches."""
     if as_json:
-        out.write(json.dumps(plan_to_dict(plan), indent=2) + "\n")
+        data = plan_to_dict(plan)
+        if mpirun is not None:
+            data["mpirun"] = {"argv": list(mpirun[0]), "hostfile": mpirun[1]}
+        out.write(json.dumps(data, indent=2) + "\n")
         return
     from rich.console import Console
     from rich.table import Table
@@ -65,6 +71,13 @@ def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: Text
     for key, value, origin in explain_settings(settings):
         sources.add_row(key, show_value(value), origin)
     console.print(sources)
+    if mpirun is not None:
+        import shlex
+
+        out.write("mpirun command:\n  " + shlex.join(mpirun[0]) + "\n")
+        if mpirun[1] is not None:
+            out.write("hostfile:\n" + "".join(f"  {line}\n"
+                                              for line in mpirun[1].splitlines()))
 
 
 def show_value(value: Any) -> str:

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gcurun.errors import PlanError
@@ -171,6 +172,20 @@ def bound_argv(binding: Binding | None, argv: Sequence[str], numactl: str | None
         return [*prefix, "--", *argv]
     cpus = ",".join(str(c) for c in binding.cpus)
     return [python, os.path.abspath(bind_exec.__file__), "--cpus", cpus, "--", *argv]
+
+
+def local_binder(python: str = sys.executable, sysfs: str = "/sys"
+                 ) -> Callable[[RankSpec], list[str]]:
+    """The argv of a local rank under its binding, with numactl when this host has it and
+    reports NUMA nodes, else with bind_exec (for LocalRankGroup's ``argv_for``)."""
+    numactl = shutil.which("numactl")
+    numa_known = os.path.isdir(os.path.join(sysfs, "devices/system/node/node0"))
+
+    def argv_for(spec: RankSpec) -> list[str]:
+        return bound_argv(spec.binding, spec.argv, numactl, python=python,
+                          numa_known=numa_known)
+
+    return argv_for
 
 
 def bind_plan(plan: LaunchPlan, topologies: Mapping[str, Topology], bind_to: str,

@@ -201,7 +201,8 @@ class MpiRankGroup:
                 ExitEvent(r, exit_code=code, error_text="mpirun ended the job")
                 for r in self._ranks[1:]]
         first_event = ExitEvent(failure.rank, exit_code=failure.exit_code,
-                                signal=failure.signal, error_text=f"reported by mpirun: {summary}")
+                                signal=failure.signal,
+                                error_text="mpirun reported it as the first rank to fail")
         stopped = f"stopped by mpirun after rank {failure.rank} failed"
         return [first_event] + [ExitEvent(r, exit_code=None, signal=int(signal.SIGTERM),
                                           error_text=stopped)

@@ -20,10 +20,12 @@ GroupFactory = Callable[[LaunchPlan, Settings, Mapping[str, str]], Sequence[Rank
 
 def local_groups(plan: LaunchPlan, settings: Settings,
                  secrets: Mapping[str, str]) -> Sequence[RankGroup]:
+    from gcurun.launch.binding import local_binder
     from gcurun.launch.local import LocalRankGroup
 
     ranks = [r for r in plan.ranks if r.is_local]
-    return [LocalRankGroup(ranks, workdir=plan.workdir, extra_env=secrets)] if ranks else []
+    return [LocalRankGroup(ranks, workdir=plan.workdir, extra_env=secrets,
+                           argv_for=local_binder())] if ranks else []
 
 
 def mpi_groups(plan: LaunchPlan, settings: Settings,

@@ -58,7 +58,7 @@ def test_failing_rank_fails_the_job_and_nothing_survives(tmp_path):
         run_job(plan, settings, sink)
     assert (err.value.failure.rank, err.value.exit_code) == (1, 3)
     assert err.value.failure.stderr_tail == ("rank 1 failing on purpose",)
-    assert "reported by mpirun" in err.value.failure.error_text
+    assert err.value.failure.error_text == "mpirun reported it as the first rank to fail"
     assert survivors(all_pids(read_ranks(tmp_path, 3))) == []
 
 
