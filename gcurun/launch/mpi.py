@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import shlex
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from gcurun.config.api import Settings
+from gcurun.config.api import Settings, SSHSettings
 from gcurun.errors import LaunchError, UsageError
 from gcurun.launch.api import LaunchPlan
 from gcurun.launch.environment import GCURUN_PREFIX, HOROVOD_PREFIX, RANK_FACTS
@@ -137,6 +138,37 @@ def interface_for(cidr: str, interfaces: Mapping[str, tuple[str, ...]]) -> str:
                      "an interface name, so give one")
 
 
+def ssh_agent_args(settings: Settings) -> list[str]:
+    """The ssh options that carry gcurun's SSH settings to mpirun's own ssh launches
+    (config file, identity, port, user, host-key policy). Settings left at their
+    defaults add nothing, so ssh's own defaults (~/.ssh/config) apply."""
+    ssh, default = settings.ssh, SSHSettings()
+    args: list[str] = []
+    if ssh.config_file and ssh.config_file != default.config_file:
+        args += ["-F", ssh.config_file]
+    if ssh.identity_file:
+        args += ["-i", ssh.identity_file]
+    if ssh.port:
+        args += ["-p", str(ssh.port)]
+    if ssh.user:
+        args += ["-l", ssh.user]
+    if ssh.known_hosts:
+        args += ["-o", f"UserKnownHostsFile={ssh.known_hosts}"]
+    if ssh.host_key_policy == "accept-new":
+        args += ["-o", "StrictHostKeyChecking=accept-new"]
+    elif ssh.host_key_policy == "off":
+        args += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    return args
+
+
+def _check_hosts(plan: LaunchPlan) -> None:
+    for host in plan.hosts:
+        if host.user or host.port:
+            raise LaunchError(f"host '{host.display}' has its own user or port, which mpirun "
+                              "cannot take per host; put them in an ssh config Host entry "
+                              "(--ssh-config) or use the ssh launcher")
+
+
 def job_environment(plan: LaunchPlan) -> dict[str, str]:
     """The variables every rank of the plan gets with one value (the per-rank ones the
     shim computes are left out). Raises LaunchError for a variable that differs between
@@ -212,6 +244,7 @@ def build_mpirun_command(
     if len({r.argv for r in plan.ranks}) != 1:
         raise LaunchError("ranks of this plan run different commands, but mpirun starts "
                           "one command everywhere; use the local or ssh launcher")
+    _check_hosts(plan)
     job_env = job_environment(plan)
     secret_env = {n: v for n, v in job_env.items() if is_secret_name(n)}
     secret_env.update(secrets or {})
@@ -264,6 +297,10 @@ def _openmpi_args(plan: LaunchPlan, settings: Settings, flavour: MPIFlavour,
         _, value = parse_network_interface(settings.mpi.network_interface)
         args += ["--mca", "btl_tcp_if_include", value,
                  "--prtemca" if five else "--mca", "oob_tcp_if_include", value]
+    ssh_args = ssh_agent_args(settings)
+    if ssh_args:
+        args += ["--prtemca", "plm_ssh_args"] if five else ["--mca", "plm_rsh_args"]
+        args.append(shlex.join(ssh_args))
     args += ["--wdir", plan.workdir]
     for name, value in sorted(env.items()):
         args += ["-x", f"{name}={value}"]
@@ -294,6 +331,9 @@ def _hydra_args(plan: LaunchPlan, settings: Settings, flavour: MPIFlavour,
     if settings.mpi.network_interface:
         kind, value = parse_network_interface(settings.mpi.network_interface)
         args += ["-iface", value if kind == "name" else interface_for(value, interfaces)]
+    ssh_args = ssh_agent_args(settings)
+    if ssh_args:
+        args += ["-bootstrap-exec-args", shlex.join(ssh_args)]
     args += ["-wdir", plan.workdir]
     for name, value in sorted({**env, **pin_env}.items()):
         args += ["-genv", name, value]

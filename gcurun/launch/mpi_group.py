@@ -49,6 +49,19 @@ class MpirunFailure:
     signal: int | None = None
 
 
+def _term_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the thread that started it dies (gcurun
+    killed by SIGKILL, say), so mpirun stops every rank instead of running on orphaned.
+    Linux only; elsewhere a no-op."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def parse_tagged_line(line: bytes, flavour: MPIFlavour,
                       stream: Stream) -> tuple[int | None, Stream, bytes]:
     """(rank, stream, text) of one output line of mpirun; rank None for mpirun's own.
@@ -118,7 +131,8 @@ class MpiRankGroup:
         try:
             proc = subprocess.Popen(argv, env=self._env, cwd=self._workdir,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)
+                                    stderr=subprocess.PIPE, start_new_session=True,
+                                    preexec_fn=_term_with_parent)
         except OSError as exc:
             self._remove_files()
             raise LaunchError(f"cannot run '{argv[0]}': {exc.strerror or exc}; install MPI "

@@ -145,3 +145,22 @@ def test_mpi_bind_to_core_gives_each_rank_one_core(tmp_path):
     affinities = [tuple(r["affinity"]) for r in records]
     assert all(len(a) == 1 for a in affinities) and len(set(affinities)) == 2
     assert [r["env"]["OMP_NUM_THREADS"] for r in records] == ["1", "1"]
+
+
+@needs_mpirun
+def test_killed_launcher_takes_its_mpi_job_with_it(tmp_path):
+    proc = subprocess.Popen(gcurun_cmd("--mpi", "-np", "2", sys.executable, WORKER,
+                                       str(tmp_path), "--grandchild"),
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for("both ranks ready", lambda: all(
+            (tmp_path / f"rank-{r}.json").exists() for r in range(2)))
+        job = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    records = read_ranks(tmp_path, 2)
+    assert survivors(job + [r["pid"] for r in records] + [r["grandchild"] for r in records],
+                     timeout=30) == []

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from gcurun.config.api import MPISettings, Settings
+from gcurun.config.api import MPISettings, Settings, SSHSettings
 from gcurun.errors import LaunchError, UsageError
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.mpi import (
@@ -208,3 +208,27 @@ def test_variables_that_differ_between_ranks_cannot_go_through_mpirun():
     ranks[1] = type(ranks[1])(**{**ranks[1].__dict__, "env": {**ranks[1].env, "FOO": "baz"}})
     with pytest.raises(LaunchError, match="variable FOO differs between ranks"):
         job_environment(type(p)(**{**p.__dict__, "ranks": tuple(ranks)}))
+
+
+SSH = Settings(ssh=SSHSettings(config_file="/etc/gcurun/ssh_config", identity_file="/k/id",
+                               port=2222, host_key_policy="accept-new"))
+SSH_ARGS = "'-F /etc/gcurun/ssh_config -i /k/id -p 2222 -o StrictHostKeyChecking=accept-new'"
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("openmpi4", "--mca plm_rsh_args " + SSH_ARGS),
+    ("openmpi5", "--prtemca plm_ssh_args " + SSH_ARGS),
+    ("mpich", "-bootstrap-exec-args " + SSH_ARGS),
+    ("intel", "-bootstrap-exec-args " + SSH_ARGS)])
+def test_ssh_settings_reach_mpiruns_own_ssh(name, expected):
+    assert expected in shlex.join(command(name, SSH).argv)
+
+
+def test_default_ssh_settings_add_nothing():
+    assert "plm_ssh_args" not in command("openmpi5", PLAIN).argv
+
+
+def test_per_host_user_cannot_go_through_mpirun():
+    hosts = (HostSpec("a", slots=1, user="alice"), HostSpec("b", slots=1))
+    with pytest.raises(LaunchError, match="host 'alice@a' has its own user or port"):
+        command("openmpi5", PLAIN, hosts=hosts)
