@@ -12,6 +12,7 @@ Memory placement is left to the kernel's first-touch policy (numactl does --memb
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 
@@ -23,6 +24,9 @@ def exec_bound(cpus: set[int], argv: list[str]) -> None:
         sys.stderr.write(f"gcurun: cannot bind to CPUs {sorted(cpus)}: {exc.strerror}; "
                          "they must be online and allowed to this process\n")
         sys.exit(126)
+    for name in ("SIGPIPE", "SIGXFSZ"):   # Python ignores them; exec would keep that
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:

@@ -49,19 +49,6 @@ class MpirunFailure:
     signal: int | None = None
 
 
-def _term_with_parent() -> None:
-    """In the child before exec: SIGTERM it when the thread that started it dies (gcurun
-    killed by SIGKILL, say), so mpirun stops every rank instead of running on orphaned.
-    Linux only; elsewhere a no-op."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def parse_tagged_line(line: bytes, flavour: MPIFlavour,
                       stream: Stream) -> tuple[int | None, Stream, bytes]:
     """(rank, stream, text) of one output line of mpirun; rank None for mpirun's own.
@@ -110,7 +97,7 @@ class MpiRankGroup:
     def __init__(self, plan: LaunchPlan, command: MpirunCommand, flavour: MPIFlavour, *,
                  base_env: Mapping[str, str] | None = None,
                  notice: Callable[[str], None] = default_notice,
-                 cleanup_dir: str | None = None) -> None:
+                 cleanup_dir: str | None = None, grace_seconds: float = 10.0) -> None:
         self._ranks = [r.rank for r in plan.ranks]
         self._command = command
         self._flavour = flavour
@@ -118,6 +105,7 @@ class MpiRankGroup:
         self._env = {**(os.environ if base_env is None else base_env), **(command.env or {})}
         self._notice = notice
         self._cleanup_dir = cleanup_dir
+        self._grace = grace_seconds
         self._proc: subprocess.Popen[bytes] | None = None
         self._messages: list[str] = []
         self._lock = threading.Lock()
@@ -128,11 +116,15 @@ class MpiRankGroup:
             with open(self._command.hostfile_path, "w", encoding="utf-8") as fh:
                 fh.write(self._command.hostfile)
         argv = list(self._command.argv)
+        if shutil.which(argv[0], path=self._env.get("PATH")) is None:
+            self._remove_files()
+            raise LaunchError(f"cannot run '{argv[0]}': not found on PATH; install MPI or "
+                              "give mpirun's path with --mpirun")
         try:
-            proc = subprocess.Popen(argv, env=self._env, cwd=self._workdir,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True,
-                                    preexec_fn=_term_with_parent)
+            proc = subprocess.Popen(guarded(argv, self._grace), env=self._env,
+                                    cwd=self._workdir, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
         except OSError as exc:
             self._remove_files()
             raise LaunchError(f"cannot run '{argv[0]}': {exc.strerror or exc}; install MPI "
@@ -149,9 +141,10 @@ class MpiRankGroup:
 
     def terminate(self, grace_seconds: float) -> None:
         """SIGTERM to mpirun (which stops every rank on every host) and to every process
-        group left in mpirun's session on this host; SIGKILL to whatever is left at the
+        group left in the job's session on this host; SIGKILL to whatever is left at the
         deadline. mpirun signals only the ranks themselves, so this is what stops a
-        rank's own children, even after mpirun has exited."""
+        rank's own children, even after mpirun has exited. (If gcurun itself dies, the
+        guard mpirun runs under does the same.)"""
         with self._lock:
             proc = self._proc
         if proc is None:
@@ -163,7 +156,8 @@ class MpiRankGroup:
             stop_processes(sorted(groups), grace_seconds)
 
     def pids(self) -> dict[int, int]:
-        """Every rank maps to mpirun's pid: the one process gcurun owns."""
+        """Every rank maps to the pid of the guard that runs mpirun: the one process
+        gcurun owns (it leads the job's session)."""
         with self._lock:
             return {r: self._proc.pid for r in self._ranks} if self._proc else {}
 
@@ -227,6 +221,14 @@ class MpiRankGroup:
             shutil.rmtree(self._cleanup_dir, ignore_errors=True)
 
 
+def guarded(argv: list[str], grace_seconds: float) -> list[str]:
+    """``argv`` run under :mod:`gcurun.launch.mpi_guard` (by file path, this interpreter)."""
+    from gcurun.launch import mpi_guard
+
+    return [sys.executable, os.path.abspath(mpi_guard.__file__), str(grace_seconds), "--",
+            *argv]
+
+
 def session_groups(sid: int) -> set[int]:
     """The process groups of the live processes in session ``sid``."""
     import psutil
@@ -281,4 +283,5 @@ def mpi_groups(plan: LaunchPlan, settings: Settings,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return [MpiRankGroup(plan, command, flavour, cleanup_dir=tmp)]
+    return [MpiRankGroup(plan, command, flavour, cleanup_dir=tmp,
+                         grace_seconds=settings.grace_seconds)]

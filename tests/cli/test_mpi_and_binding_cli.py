@@ -162,5 +162,17 @@ def test_killed_launcher_takes_its_mpi_job_with_it(tmp_path):
     finally:
         proc.kill()
     records = read_ranks(tmp_path, 2)
-    assert survivors(job + [r["pid"] for r in records] + [r["grandchild"] for r in records],
-                     timeout=30) == []
+    left = survivors(job + [r["pid"] for r in records] + [r["grandchild"] for r in records],
+                     timeout=30)
+    assert left == [], describe(left)
+
+
+def describe(pids):
+    out = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            out.append(f"{pid} ppid={p.ppid()} {p.status()} {' '.join(p.cmdline())[:120]}")
+        except psutil.Error:
+            out.append(f"{pid} gone")
+    return "\n".join(out)

@@ -259,3 +259,13 @@ def test_bind_exec_reports_a_missing_command():
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert out.returncode == 127
     assert "cannot run 'no-such-command-xyz'" in out.stderr
+
+
+def test_bind_exec_restores_sigpipe():
+    import signal
+
+    out = subprocess.run(bound_argv(Binding((0,), 0, False), ["cat", "/proc/self/status"],
+                                    None), capture_output=True, text=True, timeout=60)
+    mask = int(next(line for line in out.stdout.splitlines()
+                    if line.startswith("SigIgn:")).split()[1], 16)
+    assert not mask & (1 << (signal.SIGPIPE - 1))

@@ -154,3 +154,17 @@ def test_shim_reports_errors_and_missing_programs():
     assert out.stderr == "gcurun mpi shim: OMPI_COMM_WORLD_RANK='one' is not a number\n"
     out = run_shim("no-such-program-xyz")
     assert out.returncode == 127 and "cannot run 'no-such-program-xyz'" in out.stderr
+
+
+def ignored_signals(status: str) -> set[int]:
+    mask = int(next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+               .split()[1], 16)
+    return {sig for sig in range(1, 65) if mask & (1 << (sig - 1))}
+
+
+def test_rank_command_starts_with_default_sigpipe():
+    import signal
+
+    out = run_shim("cat", "/proc/self/status")
+    assert signal.SIGPIPE not in ignored_signals(out.stdout)
+    assert signal.SIGXFSZ not in ignored_signals(out.stdout)
