@@ -74,18 +74,28 @@ def make_plan(command: Sequence[str], settings: Settings, params: Mapping[str, A
 
 def bind(plan: LaunchPlan, settings: Settings, environ: Mapping[str, str],
          stderr: TextIO) -> LaunchPlan:
-    """Fill in each rank's CPU and memory binding (local and SSH launches; under mpirun,
-    mpirun binds). Warnings (allowed oversubscription) go to ``stderr``."""
-    if settings.bind_to == "none" or plan.launcher == "mpi":
+    """Fill in each rank's CPU and memory binding for local launches. Under mpirun, mpirun
+    binds; the ranks it places on this host are still checked against its cores, so too
+    many ranks fail with the same arithmetic. Warnings (allowed oversubscription) go to
+    ``stderr``."""
+    if settings.bind_to == "none":
         return plan
     from gcurun.hosts.topology import probe_topology
-    from gcurun.launch.binding import bind_plan
+    from gcurun.launch.binding import LocalRank, bind_plan, plan_bindings
 
     here = probe_topology()
-    topologies = {r.host: here for r in plan.ranks if r.is_local}
-    plan, warnings = bind_plan(plan, topologies, settings.bind_to, settings.map_by,
-                               oversubscribe=settings.oversubscribe,
-                               user_env={**environ, **settings.env})
+    if plan.launcher == "mpi":
+        warnings: tuple[str, ...] = ()
+        for host in dict.fromkeys(r.host for r in plan.ranks if r.is_local):
+            ranks = [LocalRank(r.rank, r.local_rank) for r in plan.ranks_on(host)]
+            warnings += plan_bindings(here, ranks, settings.bind_to, settings.map_by,
+                                      oversubscribe=settings.oversubscribe,
+                                      host=host).warnings
+    else:
+        topologies = {r.host: here for r in plan.ranks if r.is_local}
+        plan, warnings = bind_plan(plan, topologies, settings.bind_to, settings.map_by,
+                                   oversubscribe=settings.oversubscribe,
+                                   user_env={**environ, **settings.env})
     for warning in warnings:
         stderr.write(f"gcurun: warning: {warning}\n")
     return plan

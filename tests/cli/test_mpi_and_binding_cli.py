@@ -176,3 +176,15 @@ def describe(pids):
         except psutil.Error:
             out.append(f"{pid} gone")
     return "\n".join(out)
+
+
+@needs_mpirun
+def test_mpi_checks_this_hosts_cores_and_oversubscribes_on_request(tmp_path):
+    res = run_gcurun("--mpi", "-np", str(CORES + 1), "--bind-to", "core", "python", "x.py")
+    assert res.returncode == 2
+    assert f"{CORES + 1} ranks > {CORES} cores" in res.stderr
+    res = run_gcurun("--mpi", "-np", str(CORES + 1), "--bind-to", "core", "--oversubscribe",
+                     sys.executable, WORKER, str(tmp_path), "--linger", "0")
+    assert res.returncode == 0, res.stderr
+    assert "gcurun: warning: --bind-to core on localhost" in res.stderr
+    assert all(len(r["affinity"]) == 1 for r in read_ranks(tmp_path, CORES + 1))
