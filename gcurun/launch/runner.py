@@ -26,7 +26,16 @@ def local_groups(plan: LaunchPlan, settings: Settings,
     return [LocalRankGroup(ranks, workdir=plan.workdir, extra_env=secrets)] if ranks else []
 
 
-EXECUTORS: dict[str, GroupFactory] = {"local": local_groups}
+def ssh_groups(plan: LaunchPlan, settings: Settings,
+               secrets: Mapping[str, str]) -> Sequence[RankGroup]:
+    """Remote ranks over SSH (after a preflight of every remote host), local ones here."""
+    from gcurun.launch.ssh import ssh_groups as remote_groups
+
+    remote = remote_groups(plan, settings, secrets)
+    return [*local_groups(plan, settings, secrets), *remote]
+
+
+EXECUTORS: dict[str, GroupFactory] = {"local": local_groups, "ssh": ssh_groups}
 
 
 def make_groups(plan: LaunchPlan, settings: Settings,
