@@ -16,11 +16,14 @@ from gcurun.launch.api import LaunchPlan
 def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, Any],
            environ: Mapping[str, str], *, stdout: TextIO, stderr: TextIO) -> int:
     """Resolve settings, build the plan, then print it (--dry-run) or run it."""
-    from gcurun.config.profile import read_profile
     from gcurun.config.resolve import profile_path_from, resolve_settings
 
     path = profile_path_from(params.get("profile"), environ)
-    profile = read_profile(path) if path else None
+    profile = None
+    if path:
+        from gcurun.config.profile import read_profile
+
+        profile = read_profile(path)
     settings = resolve_settings(cli, profile, environ)
     plan = make_plan(command, settings, params, environ)
     if params.get("as_json") and not params.get("dry_run"):

@@ -59,19 +59,23 @@ def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: Text
                       f"{r.cross_rank}/{r.cross_size}", str(r.node_rank), r.device or "-",
                       cpus, " ".join(r.argv))
     console.print(table)
+    from gcurun.config.resolve import explain_settings
+
     sources = Table("setting", "value", "from", box=None, pad_edge=False)
-    for key, origin in sorted(plan.sources.items()):
-        sources.add_row(key, str(setting_value(settings, key)), origin)
+    for key, value, origin in explain_settings(settings):
+        sources.add_row(key, show_value(value), origin)
     console.print(sources)
 
 
-def setting_value(settings: Settings, key: str) -> Any:
-    value: Any = settings
-    for part in key.split("."):
-        value = getattr(value, part, None)
+def show_value(value: Any) -> str:
+    """A setting as a person would type it: hosts as a -H spec, tuples comma-joined."""
     if isinstance(value, tuple) and value and hasattr(value[0], "display"):
         return ",".join(f"{h.display}:{h.slots}" for h in value)
-    return value
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "-"
+    if isinstance(value, dict):
+        return ",".join(sorted(value))
+    return "-" if value is None else str(value)
 
 
 def compress_ids(ids: tuple[int, ...]) -> str:
