@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import socket
 import threading
@@ -80,6 +81,8 @@ def connect(target: SSHTarget, known: Sequence[KnownHostEntry], deadline: Deadli
     host key against ``known`` and authenticate. Raises HostFailure."""
     import paramiko
 
+    # paramiko logs every failed handshake with a traceback; gcurun reports the cause.
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
     under: list[Connection] = []
     try:
         for hop in hops:
