@@ -16,11 +16,11 @@ import logging
 import queue
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from typing import Any
 
 from gcurun.config.api import Settings
 from gcurun.launch.api import (
+    Binding,
     Event,
     ExecutorErrorEvent,
     ExitEvent,
@@ -78,8 +78,7 @@ class SSHRankGroup:
             "kill_grace": self._kill_grace,
             "secrets": self._secrets,
             "ranks": [{"rank": r.rank, "argv": list(r.argv), "env": dict(r.env),
-                       "binding": asdict(r.binding) if r.binding else None}
-                      for r in self._ranks],
+                       "binding": binding_message(r.binding)} for r in self._ranks],
         }
 
     def start(self, events: queue.Queue[Event]) -> None:
@@ -171,6 +170,13 @@ class SSHRankGroup:
         tail = b"".join(self._stderr).decode(errors="replace").strip().splitlines()[-5:]
         return (f"gcurun's bootstrap on {self.host} ended (status {status}) without "
                 f"reporting these ranks: {' | '.join(tail) or 'no message'}")
+
+
+def binding_message(binding: Binding | None) -> dict[str, Any] | None:
+    if binding is None:
+        return None
+    return {"cpus": list(binding.cpus), "numa_node": binding.numa_node,
+            "mem_bind": binding.mem_bind}
 
 
 def remote_hosts(plan: LaunchPlan) -> list[str]:
