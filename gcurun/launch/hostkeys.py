@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import fnmatch
+import functools
 import hashlib
 import hmac
 import os
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ class KnownHostEntry:
             if pattern.startswith("|1|"):
                 found = _hashed_match(pattern, name)
             else:
-                found = fnmatch.fnmatchcase(name.lower(), pattern.lower())
+                found = _wildcard(pattern).fullmatch(name.lower()) is not None
             if found and negated:
                 return False
             hit |= found
@@ -137,6 +138,14 @@ def append_known_host(path: str, name: str, key_type: str, blob: bytes) -> None:
         os.makedirs(directory, mode=0o700, exist_ok=True)
     with _append_lock, open(path, "a", encoding="utf-8") as f:
         f.write(known_hosts_line(name, key_type, blob))
+
+
+@functools.lru_cache(maxsize=256)
+def _wildcard(pattern: str) -> re.Pattern[str]:
+    """OpenSSH host patterns: ``*`` and ``?`` are wildcards, everything else (``[``
+    included, as in ``[host]:2200``) is literal; case does not matter."""
+    parts = ("." if c == "?" else ".*" if c == "*" else re.escape(c) for c in pattern.lower())
+    return re.compile("".join(parts))
 
 
 def _hashed_match(pattern: str, name: str) -> bool:
