@@ -45,6 +45,7 @@ log = logging.getLogger("gcurun.ssh")
 # plus this long before the connection is cut (which makes it SIGKILL them).
 TERMINATE_SLACK = 5.0
 STDERR_TAIL_BYTES = 4096
+EXIT_STATUS_WAIT = 2.0
 
 
 class SSHRankGroup:
@@ -166,7 +167,10 @@ class SSHRankGroup:
             why = transport.get_exception()
             return f"lost the SSH connection to {self.host}" + (f": {why}" if why else "")
         channel = self.session.channel
-        status = channel.recv_exit_status() if channel.exit_status_ready() else "unknown"
+        # The exit status may follow the end of the output: give it a moment.
+        channel.status_event.wait(EXIT_STATUS_WAIT)
+        code = channel.recv_exit_status() if channel.status_event.is_set() else -1
+        status = "unknown" if code == -1 else code
         tail = b"".join(self._stderr).decode(errors="replace").strip().splitlines()[-5:]
         return (f"gcurun's bootstrap on {self.host} ended (status {status}) without "
                 f"reporting these ranks: {' | '.join(tail) or 'no message'}")

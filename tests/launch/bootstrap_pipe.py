@@ -27,7 +27,13 @@ class PipeChannel:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.timeout: float | None = None
         self._stderr = b""
+        self.status_event = threading.Event()
         threading.Thread(target=self._read_stderr, daemon=True).start()
+        threading.Thread(target=self._wait, daemon=True).start()
+
+    def _wait(self) -> None:
+        self.proc.wait()
+        self.status_event.set()
 
     def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -65,9 +71,6 @@ class PipeChannel:
     def recv_stderr(self, size: int) -> bytes:
         data, self._stderr = self._stderr[:size], self._stderr[size:]
         return data
-
-    def exit_status_ready(self) -> bool:
-        return self.proc.poll() is not None
 
     def recv_exit_status(self) -> int:
         return self.proc.wait(30)
