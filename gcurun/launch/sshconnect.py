@@ -113,17 +113,21 @@ def _open_socket(target: SSHTarget, deadline: Deadline) -> socket.socket:
             "/etc/hosts or DNS, or set HostName for it in the ssh config") from None
     failures: list[str] = []
     for family, kind, proto, _, addr in infos:
+        ip = str(addr[0])
         sock = socket.socket(family, kind, proto)
-        sock.settimeout(deadline.left(f"connecting to {addr[0]} port {port}"))
         try:
+            sock.settimeout(deadline.left(f"connecting to {ip} port {port}"))
             sock.connect(addr)
         except TimeoutError:
             failures.append(
-                f"no answer from {addr[0]} port {port} within {deadline.seconds:g} s: the "
+                f"no answer from {ip} port {port} within {deadline.seconds:g} s: the "
                 "host is down, unreachable or a firewall drops the connection; check the "
                 "address, or raise --ssh-timeout")
         except OSError as exc:
-            failures.append(_connect_error(addr[0], port, exc))
+            failures.append(_connect_error(ip, port, exc))
+        except BaseException:
+            sock.close()
+            raise
         else:
             _tune_socket(sock)
             return sock
