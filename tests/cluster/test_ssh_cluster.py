@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.cluster.driver import run_in_process
-from tests.helpers import ROOT, wait_for
+from tests.helpers import ROOT, run_gcurun, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
@@ -262,3 +262,27 @@ def test_a_killed_or_interrupted_launcher_leaves_no_rank_alive(netns_cluster, tm
     wait_for("every bootstrap to exit", lambda: not bootstraps(netns_cluster), 10)
     if signum == signal.SIGINT:
         assert json.loads(lines[-1].removeprefix("RESULT "))["error"] == "JobInterrupted"
+
+
+def test_the_cli_exits_with_a_remote_ranks_code(netns_cluster):
+    done = run_gcurun("-np", "4", "-H", "h1:2,h2:2", "--ssh-config",
+                      str(netns_cluster.ssh_config), "-x", "EXIT_CODE=5",
+                      sys.executable, RANK, timeout=60)
+    assert done.returncode == 5, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("gcurun: job failed: rank ")
+    assert first.endswith("exited with code 5 (root cause); every other rank was stopped")
+    rank, host = int(first.split()[4]), first.split()[6]
+    assert reports(done.stdout)[rank]["hostname"] == host  # its output came back first
+
+
+def test_the_cli_reports_preflight_failures_and_exits_1(netns_cluster, tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host ghost\n  HostName {netns_cluster.subnet_prefix}.251\n\n"
+                      + netns_cluster.ssh_config.read_text())
+    done = run_gcurun("-np", "2", "-H", "h1:1,ghost:1", "--ssh-config", str(config),
+                      "--ssh-timeout", "1.5", "true", timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        "gcurun: error: SSH preflight failed for 1 host; nothing was started:\n  ghost: ")
+    assert done.stdout == ""
