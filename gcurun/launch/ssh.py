@@ -164,8 +164,9 @@ class SSHRankGroup:
             return self._error
         transport = self.session.connection.transport
         if not transport.is_active():
-            why = transport.get_exception()
-            return f"lost the SSH connection to {self.host}" + (f": {why}" if why else "")
+            why = str(transport.get_exception() or "")
+            return (f"lost the SSH connection to {self.host}: "
+                    f"{why or 'the host closed it or went down'}")
         channel = self.session.channel
         # The exit status may follow the end of the output: give it a moment.
         channel.status_event.wait(EXIT_STATUS_WAIT)

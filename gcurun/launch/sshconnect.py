@@ -366,7 +366,8 @@ def _load_identity(path: str) -> _Candidate:
         key = paramiko.PKey.from_path(path)
     except FileNotFoundError:
         return _Candidate(label, why_not="no such file")
-    except paramiko.PasswordRequiredException:
+    except (paramiko.PasswordRequiredException, TypeError):
+        # cryptography raises TypeError for an encrypted key loaded without a password
         return _Candidate(label, why_not="encrypted; load it into ssh-agent with ssh-add")
     except (OSError, paramiko.SSHException, ValueError) as exc:
         return _Candidate(label, why_not=f"unusable: {exc}")

@@ -286,3 +286,19 @@ def test_the_cli_reports_preflight_failures_and_exits_1(netns_cluster, tmp_path)
     assert done.stderr.startswith(
         "gcurun: error: SSH preflight failed for 1 host; nothing was started:\n  ghost: ")
     assert done.stdout == ""
+
+
+def test_a_dropped_connection_fails_the_job_and_leaves_no_rank(netns_cluster, tmp_path):
+    token = uuid.uuid4().hex
+    proc, lines = start_driver(netns_cluster, tmp_path, token, tmp_path / "never")
+    h1 = netns_cluster.host("h1").net_namespace_inode()
+    (boot,) = [b for b in bootstraps(netns_cluster)
+               if os.stat(f"/proc/{b.pid}/ns/net").st_ino == h1]
+    boot.parent().kill()   # the sshd session process: the connection to h1 drops
+    proc.wait(30)
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert (result["error"], result["host"], result["exit_code"]) == (
+        "RanksFailedError", "h1", 255)
+    assert result["error_text"] == ("lost the SSH connection to h1: the host closed it or "
+                                    "went down")
+    wait_for("every rank on every host to be gone", lambda: not processes_with(token), 15)

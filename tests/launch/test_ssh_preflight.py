@@ -6,7 +6,9 @@ from __future__ import annotations
 import getpass
 import io
 import os
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 from dataclasses import dataclass, replace
@@ -183,6 +185,47 @@ def test_a_name_that_does_not_resolve(monkeypatch):
     assert failure(lambda: connect(target, [], Deadline(5))) == (
         "cannot resolve host name 'gpu-nine': Name or service not known; check the name, "
         "/etc/hosts or DNS, or set HostName for it in the ssh config")
+
+
+@pytest.fixture
+def agent(tmp_path, monkeypatch):
+    """A private ssh-agent; ``agent(path)`` adds a key to it."""
+    if not (shutil.which("ssh-agent") and shutil.which("ssh-add")):
+        pytest.skip("ssh-agent is not installed (openssh-client)")
+    sock = tmp_path / "agent.sock"
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    wait_for("the agent's socket", sock.exists, 10)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+    yield lambda key: subprocess.run(["ssh-add", "-q", str(key)], check=True,
+                                     capture_output=True, env=dict(os.environ))
+    proc.kill()
+    proc.wait(10)
+
+
+def test_agent_keys_log_in_and_are_listed_when_refused(env, agent):
+    other = env.tmp / "id_other"
+    write_key(other)
+    agent(other)
+    msg = failure(lambda: env.connect(env.target(identity_files=(), identities_only=False)))
+    assert "keys tried: agent key ecdsa-sha2-nistp256 SHA256:" in msg
+    assert "(rejected)" in msg
+    agent(env.key)
+    env.connect(env.target(identity_files=(), identities_only=False)).close()
+
+
+def test_an_encrypted_identity_file_is_used_through_the_agent(env, agent):
+    import paramiko
+
+    locked = env.tmp / "id_locked"
+    paramiko.ECDSAKey.from_private_key_file(str(env.key)).write_private_key_file(
+        str(locked), password="pw")
+    shutil.copy(f"{env.key}.pub", f"{locked}.pub")
+    target = env.target(identity_files=(str(locked),), identities_only=True)
+    msg = failure(lambda: env.connect(target))
+    assert f"keys tried: {locked} (encrypted; load it into ssh-agent with ssh-add)" in msg
+    agent(env.key)
+    env.connect(target).close()
 
 
 # -- preflight ---------------------------------------------------------------------------
