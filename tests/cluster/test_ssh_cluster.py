@@ -197,20 +197,25 @@ def test_accept_new_records_an_unknown_host_key(netns_cluster, tmp_path):
     assert again == {"error": None}, err
 
 
-def test_proxy_jump_reaches_a_host_only_through_another(netns_cluster, tmp_path):
+def test_proxy_jump_and_command_reach_a_host_only_through_another(netns_cluster, tmp_path):
     # 127.0.0.1 inside h1's namespace is h1's own sshd: only reachable through h1.
     h1_key = netns_cluster.known_hosts.read_text().splitlines()[0].split(" ", 1)[1]
     known = tmp_path / "known_hosts"
     known.write_text(netns_cluster.known_hosts.read_text() + f"127.0.0.1 {h1_key}\n")
     config = tmp_path / "ssh_config"
+    through = (f"  User root\n  IdentityFile {netns_cluster.identity_file}\n"
+               f"  UserKnownHostsFile {known}\n\n")
     config.write_text(
-        f"Host inner\n  HostName 127.0.0.1\n  ProxyJump h1\n  User root\n"
-        f"  IdentityFile {netns_cluster.identity_file}\n  UserKnownHostsFile {known}\n\n"
-        + netns_cluster.ssh_config.read_text())
-    result, out, err = run_in_process({"ssh_config": str(config), "hosts": [["inner", 1]],
+        "Host inner\n  HostName 127.0.0.1\n  ProxyJump h1\n" + through
+        + f"Host inner2\n  HostName 127.0.0.1\n  ProxyCommand ssh -F {config} -W %h:%p h1\n"
+        + through + netns_cluster.ssh_config.read_text())
+    result, out, err = run_in_process({"ssh_config": str(config),
+                                       "hosts": [["inner", 1], ["inner2", 1]],
                                        "argv": [sys.executable, RANK], "workdir": "/"})
     assert result == {"error": None}, err
-    assert reports(out)[0]["hostname"] == "h1"
+    got = reports(out)
+    assert got[0]["hostname"] == got[1]["hostname"] == "h1"
+    assert got[0]["netns"] == netns_cluster.host("h1").net_namespace_inode()
 
 
 def start_driver(netns_cluster, tmp_path, token, go_file):
