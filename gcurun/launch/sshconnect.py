@@ -79,7 +79,6 @@ def connect(target: SSHTarget, known: Sequence[KnownHostEntry], deadline: Deadli
             hops: Sequence[SSHTarget] = ()) -> Connection:
     """Connect to ``target`` (through ``hops``, its resolved ProxyJump chain), check its
     host key against ``known`` and authenticate. Raises HostFailure."""
-    import paramiko
 
     # paramiko logs every failed handshake with a traceback; gcurun reports the cause.
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
@@ -91,7 +90,7 @@ def connect(target: SSHTarget, known: Sequence[KnownHostEntry], deadline: Deadli
         if under:
             sock = _tunnel(under[-1], target, deadline)
         elif target.proxy_command:
-            sock = paramiko.ProxyCommand(target.proxy_command)
+            sock = _proxy_command(target.proxy_command)
         else:
             sock = _open_socket(target, deadline)
         conn = _handshake(target, sock, known, deadline)
@@ -145,6 +144,16 @@ def _connect_error(addr: str, port: int, exc: OSError) -> str:
     return f"cannot connect to {addr} port {port}: {exc.strerror or exc}"
 
 
+def _proxy_command(command: str) -> Any:
+    import paramiko
+
+    try:
+        return paramiko.ProxyCommand(command)
+    except (OSError, ValueError, paramiko.ProxyCommandFailure) as exc:
+        raise HostFailure(f"cannot start ProxyCommand '{command}': {exc}; fix it in the "
+                          "ssh config") from None
+
+
 def _tune_socket(sock: socket.socket) -> None:
     with contextlib.suppress(OSError, AttributeError):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -176,7 +185,10 @@ def _handshake(target: SSHTarget, sock: Any, known: Sequence[KnownHostEntry],
     transport = paramiko.Transport(sock)
     try:
         _prefer_known_types(transport, known, target.known_hosts_name)
-        transport.banner_timeout = transport.handshake_timeout = deadline.left("before SSH")
+        # paramiko's own timers run a little longer than the deadline, so a silent server
+        # is always reported as the timeout it is.
+        transport.banner_timeout = transport.handshake_timeout = \
+            deadline.left("before SSH") + 1.0
         done = threading.Event()
         transport.start_client(event=done)
         if not done.wait(deadline.left("during the SSH handshake")):
