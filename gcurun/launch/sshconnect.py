@@ -36,6 +36,9 @@ KEEPALIVE_SECONDS = 15
 TCP_USER_TIMEOUT_MS = 60_000
 _RSA_TYPES = ["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"]
 
+# paramiko logs every failed handshake with a traceback; gcurun reports the cause instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
 
 class HostFailure(Exception):
     """Why one host cannot be used; ``str()`` is the message for the user."""
@@ -79,9 +82,6 @@ def connect(target: SSHTarget, known: Sequence[KnownHostEntry], deadline: Deadli
             hops: Sequence[SSHTarget] = ()) -> Connection:
     """Connect to ``target`` (through ``hops``, its resolved ProxyJump chain), check its
     host key against ``known`` and authenticate. Raises HostFailure."""
-
-    # paramiko logs every failed handshake with a traceback; gcurun reports the cause.
-    logging.getLogger("paramiko").addHandler(logging.NullHandler())
     under: list[Connection] = []
     try:
         for hop in hops:
