@@ -226,7 +226,7 @@ class _HostRun:
         """Why the bootstrap ended before saying hello."""
         channel.status_event.wait(min(deadline.left(self.stage), 2.0))
         status = channel.recv_exit_status() if channel.exit_status_ready() else None
-        err = _drain_stderr(channel).decode(errors="replace").strip()
+        err = drain_stderr(channel).decode(errors="replace").strip()
         python, host = self.target.python, self.target.alias
         if status == 127:
             return (f"remote interpreter '{python}' not found on {host} (exit 127: {err}); "
@@ -273,7 +273,8 @@ def _read_hello(channel: Any, deadline: Deadline, stage: str) -> tuple[Hello | N
         buffer += data
 
 
-def _drain_stderr(channel: Any) -> bytes:
+def drain_stderr(channel: Any) -> bytes:
+    """What the channel's stderr holds now, without waiting."""
     chunks = []
     while channel.recv_stderr_ready():
         chunks.append(channel.recv_stderr(65536))
@@ -287,7 +288,7 @@ def _run_to_end(channel: Any, deadline: Deadline, stage: str) -> tuple[str, str,
     try:
         while True:
             data = channel.recv(65536)
-            err += _drain_stderr(channel)
+            err += drain_stderr(channel)
             if not data:
                 break
             out += data
@@ -295,6 +296,6 @@ def _run_to_end(channel: Any, deadline: Deadline, stage: str) -> tuple[str, str,
             channel.status_event.wait(deadline.left(stage))
     except TimeoutError:
         raise HostFailure(deadline.expired(stage)) from None
-    err += _drain_stderr(channel)
+    err += drain_stderr(channel)
     channel.close()
     return out.decode(errors="replace"), err.decode(errors="replace"), channel.recv_exit_status()

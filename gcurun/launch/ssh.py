@@ -9,7 +9,6 @@ ranks it lost.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import logging
@@ -36,7 +35,7 @@ from gcurun.launch.bootstrap import (
     FrameReader,
     encode_message,
 )
-from gcurun.launch.preflight import HostSession, PreflightProgress, preflight
+from gcurun.launch.preflight import HostSession, PreflightProgress, drain_stderr, preflight
 from gcurun.launch.sshconfig import resolve_targets
 
 log = logging.getLogger("gcurun.ssh")
@@ -70,7 +69,7 @@ class SSHRankGroup:
         self._reader: threading.Thread | None = None
         self._terminating = False
         self._error: str | None = None
-        self._stderr: collections.deque[bytes] = collections.deque()
+        self._stderr = bytearray()
 
     def job_message(self) -> dict[str, Any]:
         """What the bootstrap is told: everything about the ranks, nothing on argv."""
@@ -153,11 +152,9 @@ class SSHRankGroup:
             self._error = payload.decode(errors="replace")
 
     def _keep_stderr(self) -> None:
-        channel = self.session.channel
-        while channel.recv_stderr_ready():
-            self._stderr.append(channel.recv_stderr(65536))
-            while sum(map(len, self._stderr)) > STDERR_TAIL_BYTES and len(self._stderr) > 1:
-                self._stderr.popleft()
+        """Keep the last few KiB the bootstrap itself wrote to stderr (a traceback)."""
+        self._stderr += drain_stderr(self.session.channel)
+        del self._stderr[:-STDERR_TAIL_BYTES]
 
     def _lost_reason(self) -> str:
         if self._error is not None:
@@ -172,7 +169,7 @@ class SSHRankGroup:
         channel.status_event.wait(EXIT_STATUS_WAIT)
         code = channel.recv_exit_status() if channel.status_event.is_set() else -1
         status = "unknown" if code == -1 else code
-        tail = b"".join(self._stderr).decode(errors="replace").strip().splitlines()[-5:]
+        tail = self._stderr.decode(errors="replace").strip().splitlines()[-5:]
         return (f"gcurun's bootstrap on {self.host} ended (status {status}) without "
                 f"reporting these ranks: {' | '.join(tail) or 'no message'}")
 
