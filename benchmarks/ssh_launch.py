@@ -15,27 +15,16 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.launch import print_table, time_all  # noqa: E402
 from tests.cluster.netns import start_cluster, stop_cluster, unavailable_reason  # noqa: E402
 
 RANK = [sys.executable, "-c", "pass"]
-
-
-def timed(argv: list[str], repeat: int, env: dict[str, str]) -> list[float]:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env, timeout=120)
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def commands(cluster, per_host: int) -> dict[str, list[str]]:
@@ -69,18 +58,10 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cluster = start_cluster(2, setenv={"PYTHONPATH": str(ROOT)})
     try:
-        results = {}
-        for name, argv in commands(cluster, args.ranks_per_host).items():
-            timed(argv, 1, env)  # warm the page cache and the hosts
-            results[name] = timed(argv, args.repeat, env)
+        results = time_all(commands(cluster, args.ranks_per_host), args.repeat, env)
     finally:
         stop_cluster(cluster.name)
-    base = statistics.median(results["mpirun"]) if "mpirun" in results else None
-    print(f"{'launcher':<10} {'median s':>10} {'best s':>10} {'ratio':>8}")
-    for name, times in results.items():
-        med = statistics.median(times)
-        ratio = f"{med / base:.2f}" if base else "-"
-        print(f"{name:<10} {med:>10.3f} {min(times):>10.3f} {ratio:>8}")
+    print_table(results)
 
 
 if __name__ == "__main__":
