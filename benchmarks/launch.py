@@ -41,10 +41,21 @@ def main() -> None:
     if mpirun:
         root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
         runs["mpirun"] = [mpirun, *root, "--oversubscribe", "-np", np, *RANK]
+    print_table(time_all(runs, args.repeat, env))
+
+
+def time_all(runs: dict[str, list[str]], repeat: int,
+             env: dict[str, str]) -> dict[str, list[float]]:
+    """Each command's wall times, after one warm-up run (page cache, hosts)."""
     results = {}
     for name, argv in runs.items():
-        timed(argv, 1, env)  # warm the page cache
-        results[name] = timed(argv, args.repeat, env)
+        timed(argv, 1, env)
+        results[name] = timed(argv, repeat, env)
+    return results
+
+
+def print_table(results: dict[str, list[float]]) -> None:
+    """Median, best and the median's ratio to mpirun's, one launcher a row."""
     print(f"{'launcher':<10} {'median s':>10} {'best s':>10} {'ratio':>8}")
     base = statistics.median(results["mpirun"]) if "mpirun" in results else None
     for name, times in results.items():

@@ -41,13 +41,15 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
         print_plan(plan, settings, as_json=bool(params.get("as_json")), out=stdout,
                    mpirun=mpirun)
         return 0
+    from gcurun.cli.sshlog import ssh_reports
     from gcurun.launch.output import OutputSink
     from gcurun.launch.runner import run_job
 
     sink = OutputSink(stdout, stderr, color=use_color(params.get("color", "auto"), stdout,
                                                       environ),
                       show_ranks=settings.show_ranks, output_dir=settings.output_dir)
-    run_job(plan, settings, sink)
+    with ssh_reports(stderr):
+        run_job(plan, settings, sink)
     return 0
 
 

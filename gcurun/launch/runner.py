@@ -28,6 +28,15 @@ def local_groups(plan: LaunchPlan, settings: Settings,
                            argv_for=local_binder())] if ranks else []
 
 
+def ssh_groups(plan: LaunchPlan, settings: Settings,
+               secrets: Mapping[str, str]) -> Sequence[RankGroup]:
+    """Remote ranks over SSH (after a preflight of every remote host), local ones here."""
+    from gcurun.launch.ssh import ssh_groups as remote_groups
+
+    remote = remote_groups(plan, settings, secrets)
+    return [*local_groups(plan, settings, secrets), *remote]
+
+
 def mpi_groups(plan: LaunchPlan, settings: Settings,
                secrets: Mapping[str, str]) -> Sequence[RankGroup]:
     from gcurun.launch.mpi_group import mpi_groups as make
@@ -35,7 +44,8 @@ def mpi_groups(plan: LaunchPlan, settings: Settings,
     return make(plan, settings, secrets)
 
 
-EXECUTORS: dict[str, GroupFactory] = {"local": local_groups, "mpi": mpi_groups}
+EXECUTORS: dict[str, GroupFactory] = {"local": local_groups, "ssh": ssh_groups,
+                                      "mpi": mpi_groups}
 
 
 def make_groups(plan: LaunchPlan, settings: Settings,
