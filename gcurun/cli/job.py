@@ -29,10 +29,15 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
     if params.get("as_json") and not params.get("dry_run"):
         raise UsageError("--json only goes with --dry-run; add --dry-run")
     plan = bind(plan, settings, environ, stderr)
-    if settings.report_bindings and not params.get("as_json"):
+    # Remote ranks of an SSH launch are bound (and reported) after the preflight.
+    remote_later = plan.launcher == "ssh" and settings.bind_to != "none" and \
+        any(not r.is_local for r in plan.ranks)
+    if settings.report_bindings and not params.get("as_json") and \
+            (params.get("dry_run") or not remote_later):
         from gcurun.launch.binding import format_binding_table
 
-        unbound = "by mpirun" if plan.launcher == "mpi" else "not bound"
+        unbound = "by mpirun" if plan.launcher == "mpi" else \
+            "after the ssh preflight" if remote_later else "not bound"
         stderr.write(format_binding_table(plan, unbound=unbound) + "\n")
     if params.get("dry_run"):
         from gcurun.cli.render import print_plan
@@ -76,7 +81,7 @@ def make_plan(command: Sequence[str], settings: Settings, params: Mapping[str, A
 
 def bind(plan: LaunchPlan, settings: Settings, environ: Mapping[str, str],
          stderr: TextIO) -> LaunchPlan:
-    """Fill in each rank's CPU and memory binding for local launches. Under mpirun, mpirun
+    """Fill in the CPU and memory binding of this host's ranks. Under mpirun, mpirun
     binds; the ranks it places on this host are still checked against its cores, so too
     many ranks fail with the same arithmetic. Warnings (allowed oversubscription) go to
     ``stderr``."""
@@ -94,10 +99,12 @@ def bind(plan: LaunchPlan, settings: Settings, environ: Mapping[str, str],
                                       oversubscribe=settings.oversubscribe,
                                       host=host).warnings
     else:
+        # Remote hosts are bound by the SSH executor once its preflight has read them.
         topologies = {r.host: here for r in plan.ranks if r.is_local}
         plan, warnings = bind_plan(plan, topologies, settings.bind_to, settings.map_by,
                                    oversubscribe=settings.oversubscribe,
-                                   user_env={**environ, **settings.env})
+                                   user_env={**environ, **settings.env},
+                                   hosts=tuple(topologies))
     for warning in warnings:
         stderr.write(f"gcurun: warning: {warning}\n")
     return plan

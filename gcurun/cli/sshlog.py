@@ -32,6 +32,10 @@ class SSHReportHandler(logging.Handler):
                 self.showing = not end
                 self.stream.flush()
             return
+        if getattr(record, "report", False):   # a table the user asked for
+            self.stream.write(record.getMessage() + "\n")
+            self.stream.flush()
+            return
         if record.levelno >= logging.WARNING:
             if self.showing:
                 self.stream.write("\n")

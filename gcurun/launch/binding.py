@@ -190,19 +190,22 @@ def local_binder(python: str = sys.executable, sysfs: str = "/sys"
 
 def bind_plan(plan: LaunchPlan, topologies: Mapping[str, Topology], bind_to: str,
               map_by: str = "slot", *, oversubscribe: bool = False,
-              user_env: Mapping[str, str] = {}) -> tuple[LaunchPlan, tuple[str, ...]]:
-    """The plan with every rank's binding (and OMP_NUM_THREADS) filled in, per host.
+              user_env: Mapping[str, str] | None = None,
+              hosts: Sequence[str] | None = None) -> tuple[LaunchPlan, tuple[str, ...]]:
+    """The plan with the ranks' bindings (and OMP_NUM_THREADS) filled in, per host.
 
-    ``topologies`` maps each plan host name to its topology (the SSH preflight reads
-    remote ones). ``user_env`` holds the variables the user set (launcher environment
-    and -x), which OMP_NUM_THREADS never overrides. Returns the new plan and warnings.
+    ``hosts`` limits this to some hosts (default: every host of the plan); ``topologies``
+    maps each of them to its topology (the SSH executor reads remote ones after its
+    preflight). ``user_env`` holds the variables the user set (launcher environment and
+    -x), which OMP_NUM_THREADS never overrides. Returns the new plan and warnings.
     """
     _check_modes(bind_to, map_by)
     if bind_to == "none":
         return plan, ()
     new_ranks = {r.rank: r for r in plan.ranks}
     warnings: list[str] = []
-    for host in dict.fromkeys(r.host for r in plan.ranks):
+    chosen = dict.fromkeys(r.host for r in plan.ranks) if hosts is None else hosts
+    for host in chosen:
         specs = plan.ranks_on(host)
         if host not in topologies:
             raise PlanError(f"--bind-to {bind_to}: the topology of host {host!r} is unknown; "
@@ -214,7 +217,7 @@ def bind_plan(plan: LaunchPlan, topologies: Mapping[str, Topology], bind_to: str
                                oversubscribe=oversubscribe, host=host)
         warnings.extend(result.warnings)
         for spec, binding in zip(specs, result.bindings, strict=True):
-            new_ranks[spec.rank] = _with_binding(spec, binding, user_env)
+            new_ranks[spec.rank] = _with_binding(spec, binding, user_env or {})
     ranks = tuple(new_ranks[r.rank] for r in plan.ranks)
     return dataclasses.replace(plan, ranks=ranks), tuple(warnings)
 

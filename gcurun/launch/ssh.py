@@ -35,7 +35,13 @@ from gcurun.launch.bootstrap import (
     FrameReader,
     encode_message,
 )
-from gcurun.launch.preflight import HostSession, PreflightProgress, drain_stderr, preflight
+from gcurun.launch.preflight import (
+    HostSession,
+    PreflightProgress,
+    PreflightResult,
+    drain_stderr,
+    preflight,
+)
 from gcurun.launch.sshconfig import resolve_targets
 
 log = logging.getLogger("gcurun.ssh")
@@ -199,9 +205,30 @@ def ssh_groups(plan: LaunchPlan, settings: Settings,
     specs = {h.name: h for h in plan.hosts}
     targets = resolve_targets([specs[n] for n in names], settings.ssh, settings.sources)
     result = preflight(targets, progress=_log_progress)
+    plan = _bind(plan, settings, result)
     return [SSHRankGroup(result.sessions[name], plan.ranks_on(name), workdir=plan.workdir,
                          secrets=secrets, kill_grace=settings.grace_seconds)
             for name in names]
+
+
+def _bind(plan: LaunchPlan, settings: Settings, result: PreflightResult) -> LaunchPlan:
+    """Bind the remote ranks now that their hosts' topology can be read (closing every
+    connection when that fails), and report the bindings when asked."""
+    if settings.bind_to == "none":
+        return plan
+    from gcurun.launch.binding import format_binding_table
+    from gcurun.launch.remote_topology import bind_remote_ranks
+
+    try:
+        plan, warnings = bind_remote_ranks(plan, settings, result.sessions)
+    except BaseException:
+        result.close()
+        raise
+    for warning in warnings:
+        log.warning("%s", warning)
+    if settings.report_bindings:
+        log.info("%s", format_binding_table(plan), extra={"report": True})
+    return plan
 
 
 def _log_progress(p: PreflightProgress) -> None:
