@@ -17,7 +17,7 @@ BackendName = Literal["mpi", "tcp", "local"]
 BACKENDS: tuple[BackendName, ...] = ("mpi", "tcp", "local")
 
 DEFAULT_TIMEOUT_SECONDS = 300.0
-DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_CHUNK_BYTES = 2 << 20
 
 # Variables that MPI launchers (mpirun of Open MPI, MPICH/Hydra, Intel MPI, MVAPICH,
 # srun with PMI/PMIx) set on every rank they start.

@@ -21,7 +21,7 @@ def test_a_launched_rank_knows_everything() -> None:
     assert env.rendezvous == ("10.0.0.1", 29400)
     assert env.secret == bytes.fromhex("ab" * 32)
     assert env.backend is None and not env.under_mpi_launcher
-    assert env.timeout_seconds == 300.0 and env.cma and env.chunk_bytes == 1 << 20
+    assert env.timeout_seconds == 300.0 and env.cma and env.chunk_bytes == 2 << 20
 
 
 def test_a_plain_process_has_no_facts() -> None:
