@@ -116,7 +116,7 @@ class Communicator:
         error = error or _reduce_error(arr, op, prescale_factor, postscale_factor)
         request = Request(OpKind.ALLREDUCE, name, arr.dtype, arr.shape, op, error=error)
         src = flat_contiguous(arr)
-        out = src if inplace else np.empty_like(src)
+        out = src if inplace else aligned_empty(len(src), arr.dtype)
         if prescale_factor != 1.0 and error is None:
             if out is not src:
                 out[...] = src
