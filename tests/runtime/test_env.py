@@ -41,6 +41,19 @@ def test_srun_is_recognised_by_its_step() -> None:
                                  ).under_mpi_launcher
 
 
+def test_what_the_launcher_sets_is_understood() -> None:
+    from gcurun.config.api import RuntimeSettings
+    from gcurun.config.resolve import runtime_environment
+
+    variables = runtime_environment(RuntimeSettings(backend="tcp", timeline="/tmp/t.json",
+                                                    timeline_mark_cycles=True,
+                                                    stall_check_shutdown_seconds=30))
+    env = parse_runtime_env(variables)
+    assert (env.backend, env.timeout_seconds, env.timeline, env.timeline_mark_cycles) == (
+        "tcp", 300.0, "/tmp/t.json", True)
+    assert (env.stall_check_warning_seconds, env.stall_check_shutdown_seconds) == (60, 30)
+
+
 def test_knobs() -> None:
     env = parse_runtime_env({"GCURUN_BACKEND": "TCP", "GCURUN_TIMEOUT_SECONDS": "2.5",
                              "GCURUN_CMA": "off", "GCURUN_CHUNK_BYTES": "65536",
