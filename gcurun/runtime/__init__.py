@@ -15,6 +15,26 @@ from gcurun.runtime.api import (
     PeerFailureError,
     ReduceOp,
 )
+from gcurun.runtime.async_ops import (
+    allgather_async,
+    allreduce_async,
+    allreduce_async_,
+    alltoall_async,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allgather,
+    grouped_allgather_async,
+    grouped_allreduce,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
+    join,
+    poll,
+    reducescatter_async,
+    synchronize,
+)
 from gcurun.runtime.basics import (
     backend,
     cross_rank,
@@ -34,6 +54,7 @@ from gcurun.runtime.basics import (
     shutdown,
     size,
 )
+from gcurun.runtime.engine import HandleError
 from gcurun.runtime.ops import (
     Adasum,
     Average,
@@ -54,6 +75,11 @@ from gcurun.runtime.ops import (
 )
 
 __all__ = [
+    "HandleError", "allgather_async", "allreduce_async", "allreduce_async_", "alltoall_async",
+    "broadcast_async", "broadcast_async_", "grouped_allgather", "grouped_allgather_async",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "grouped_reducescatter", "grouped_reducescatter_async",
+    "join", "poll", "reducescatter_async", "synchronize",
     "Adasum", "ArgumentError", "Average", "CollectiveError", "CollectiveTimeout", "Max",
     "Min", "MismatchError", "NotInitializedError", "PeerFailureError", "Product", "ReduceOp",
     "Sum", "allgather", "allgather_object", "allreduce", "allreduce_", "alltoall", "backend",
