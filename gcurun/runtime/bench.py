@@ -80,8 +80,11 @@ def run(argv: Sequence[str]) -> str:
         # One buffer for every size, as nccl-tests does: allocated once, its huge pages
         # are not at the mercy of what later allocations find left.
         pool = aligned_empty(max(sizes) // 4 + 1, np.float32)
-        rows = [median_row([measure_size(job, pool, n, args.rounds, args.seconds)
-                            for _ in range(max(1, args.repeat))]) for n in sizes]
+        # Whole passes over the sizes, so that the repeats of one size are far apart in
+        # time and a noisy spell of the machine spoils at most one of them.
+        passes = [[measure_size(job, pool, n, args.rounds, args.seconds) for n in sizes]
+                  for _ in range(max(1, args.repeat))]
+        rows = [median_row([one[i] for one in passes]) for i in range(len(sizes))]
     finally:
         for close in job.closers:
             close()
