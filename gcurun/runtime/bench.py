@@ -77,7 +77,12 @@ def run(argv: Sequence[str]) -> str:
     job = open_job(env, [b.strip() for b in args.backends.split(",") if b.strip()])
     try:
         sizes = default_sizes(args.min_bytes, args.max_bytes)
-        passes = [[measure_size(job, n, args.rounds, args.seconds) for n in sizes]
+        # One buffer for every size, as nccl-tests does: allocated once, its huge pages
+        # are not at the mercy of what later allocations find left.
+        pool = aligned_empty(max(sizes) // 4 + 1, np.float32)
+        # Whole passes over the sizes, so that the repeats of one size are far apart in
+        # time and a noisy spell of the machine spoils at most one of them.
+        passes = [[measure_size(job, pool, n, args.rounds, args.seconds) for n in sizes]
                   for _ in range(max(1, args.repeat))]
         rows = [median_row([one[i] for one in passes]) for i in range(len(sizes))]
     finally:
@@ -157,13 +162,14 @@ def _tcp_transport(env: RuntimeEnv, mpi_comm: Any) -> tuple[Any, Callable[[], No
     return transport, close
 
 
-def measure_size(job: Job, nbytes: int, rounds: int, seconds: float) -> Row:
+def measure_size(job: Job, pool: np.ndarray, nbytes: int, rounds: int,
+                 seconds: float) -> Row:
     if nbytes <= 64 * KIB:
         # Short calls: more, shorter rounds, so that some of them miss the machine's noise.
         rounds, seconds = rounds * 4, seconds / 4
     count = max(1, nbytes // 4)
-    buf = aligned_empty(count, np.float32)   # every variant reduces this very buffer
-    buf[...] = 0                             # sums stay finite however many iterations
+    buf = pool[:count]      # every variant reduces this very buffer
+    buf[...] = 0            # sums stay finite however many iterations
     variants: dict[str, Callable[[], Any]] = {}
     for name, comm in job.communicators.items():
         variants[f"ring({name})"] = _ring(comm, buf)
