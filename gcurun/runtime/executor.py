@@ -98,7 +98,8 @@ class Executor:
             results[0] = pairs[0][1]
         else:
             began = time.monotonic_ns()
-            small = [a.elements * dtype.itemsize < fusion.COPY_LIMIT_BYTES for a, _ in members]
+            limit = fusion.copy_limit(self.chunk_bytes)
+            small = [a.elements * dtype.itemsize < limit for a, _ in members]
             buf = self.fusion.get(dtype, sum(a.elements for (a, _), s in zip(members, small,
                                                                           strict=True) if s))
             offset = 0
@@ -119,9 +120,7 @@ class Executor:
                 pairs.insert(0, (buf, buf))
             self._span([members[i] for i, _, _ in copies], "MEMCPY_IN_FUSION_BUFFER",
                        began, time.monotonic_ns())
-        self._reduce(members, fusion.Pieces(pairs), rop)
-        for _, out in pairs:
-            _finish_reduction(out, rop, self.size, first.postscale)
+        self._reduce(members, fusion.Pieces(pairs), rop, first.postscale)
         if copies:
             assert buf is not None
             began = time.monotonic_ns()
@@ -137,14 +136,24 @@ class Executor:
             if op is not None and result is not None:
                 complete(op, _deliver(op.arr, result, op.inplace))
 
-    def _reduce(self, members: list[Item], pieces: fusion.Pieces, rop: ReduceOp) -> None:
-        """One gather-and-reduce exchange for a small buffer, else one ring pass."""
+    def _reduce(self, members: list[Item], pieces: fusion.Pieces, rop: ReduceOp,
+                postscale: float) -> None:
+        """One gather-and-reduce exchange for a small buffer, else one ring pass; then
+        the average or post-scaling."""
         dtype = members[0][0].dtype
         began = time.monotonic_ns()
-        if len(pieces.pairs) == 1 and self.size > 1 and \
+        size = self.size
+        finish = None
+        if rop == ReduceOp.AVERAGE or postscale != 1.0:
+            def finish(out: np.ndarray) -> None:
+                _finish_reduction(out, rop, size, postscale)
+
+        if len(pieces.pairs) == 1 and size > 1 and \
                 pieces.total * dtype.itemsize <= GATHER_REDUCE_BYTES:
             src, out = pieces.pairs[0]
             alg.gather_allreduce(self.t, src, out, UFUNCS[rop], self._scratch)
+            if finish is not None:
+                finish(out)
             self._span(members, "GATHER_REDUCE", began, time.monotonic_ns())
             return
         marks: dict[str, int] = {}
@@ -156,7 +165,7 @@ class Executor:
                 self._span(members, name, marks[name], time.monotonic_ns())
 
         fusion.ring_allreduce(self.t, pieces, UFUNCS[rop], self._chunk(dtype),
-                              phase if self.timeline is not None else None)
+                              phase if self.timeline is not None else None, finish)
 
     def _io(self, item: Item) -> fusion.Part:
         """Input and output of one allreduce reduced where it lies (prescaled)."""

@@ -3,7 +3,7 @@
 :func:`plan_batches` is pure: it groups a cycle's agreed ops (the same list on every rank)
 into batches, so every rank forms the same batches. A batch of allreduces is reduced by
 one ring pass over a *virtual* buffer, :class:`Pieces`: small tensors are packed into a
-preallocated fusion buffer, while tensors of at least ``COPY_LIMIT_BYTES`` join the pass
+preallocated fusion buffer, while tensors of at least :func:`copy_limit` join the pass
 as they are. Copying a large tensor in and out of a fusion buffer would read and write
 every byte twice more than the ring itself does, and on a host whose memory bandwidth
 is the bottleneck that costs more than the per-message overhead the copy would save.
@@ -23,10 +23,14 @@ from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import Transport
 from gcurun.runtime.dtypes import aligned_empty
 
-# Tensors smaller than this are copied into the fusion buffer; larger ones are reduced
-# where they lie (a copy in and out costs about four times its size in memory traffic,
-# a separate piece costs a message or two more per ring step).
-COPY_LIMIT_BYTES = 128 << 10
+
+# Tensors smaller than half a ring chunk are copied into the fusion buffer; larger ones
+# are reduced where they lie. A copy in and out costs about four times a tensor's size in
+# memory traffic; a piece of its own costs a message or two more per ring step, and a
+# message costs tens of microseconds, the price of copying a few hundred KiB.
+def copy_limit(chunk_bytes: int) -> int:
+    return max(chunk_bytes // 2, 64 << 10)
+
 
 Part = tuple[np.ndarray, np.ndarray]          # (input view, output view), equal lengths
 
@@ -96,10 +100,16 @@ class Pieces:
         return parts
 
 
+Finish = Callable[[np.ndarray], None]
+
+
 def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[alg.Segment],
-                        ufunc: np.ufunc, tmp: np.ndarray) -> None:
+                        ufunc: np.ufunc, tmp: np.ndarray, finish: Finish | None = None
+                        ) -> None:
     """The reduce-scatter half of a ring allreduce over ``pieces``: rank r ends with
-    segment r reduced into the outputs. ``tmp`` holds one chunk."""
+    segment r reduced into the outputs. ``tmp`` holds one chunk. ``finish`` (averaging,
+    scaling) is applied to each chunk of segment r as soon as it is reduced, while it is
+    still in cache: every element is finished once, by its owner, before the allgather."""
     p, r = t.size, t.rank
     right, left = (r + 1) % p, (r - 1) % p
     chunk = len(tmp)
@@ -117,6 +127,8 @@ def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[alg.Seg
                 arrived = tmp[:len(local)]
                 t.sendrecv(send, right, arrived, left)
                 ufunc(local, arrived, out=acc)
+                if finish is not None and step == p - 2:
+                    finish(acc)
             else:
                 t.sendrecv(send, right, empty, left)
         outgoing = [acc for _, acc in incoming]
@@ -138,20 +150,24 @@ def ring_allgather(t: Transport, pieces: Pieces, segments: Sequence[alg.Segment]
 
 
 def ring_allreduce(t: Transport, pieces: Pieces, ufunc: np.ufunc, tmp: np.ndarray,
-                   phase: Callable[[str, bool], None] | None = None) -> None:
-    """Every output = the reduction over all ranks of its input: one ring pass over the
-    concatenation. ``phase(name, started)`` is told when each half starts and ends."""
+                   phase: Callable[[str, bool], None] | None = None,
+                   finish: Finish | None = None) -> None:
+    """Every output = ``finish`` of the reduction over all ranks of its input: one ring
+    pass over the concatenation. ``phase(name, started)`` is told when each half starts
+    and ends."""
     if pieces.total == 0:
         return
     if t.size == 1:
         for src, out in pieces.pairs:
             if out is not src:
                 out[...] = src
+            if finish is not None:
+                finish(out)
         return
     segments = alg.to_segments(alg.even_counts(pieces.total, t.size))
     if phase is not None:
         phase("RING_REDUCESCATTER", True)
-    ring_reduce_scatter(t, pieces, segments, ufunc, tmp)
+    ring_reduce_scatter(t, pieces, segments, ufunc, tmp, finish)
     if phase is not None:
         phase("RING_REDUCESCATTER", False)
         phase("RING_ALLGATHER", True)

@@ -9,6 +9,7 @@ messages are the ones the runtime's direct collectives give
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -108,7 +109,7 @@ class Agreed(NamedTuple):
     @property
     def elements(self) -> int:
         """Elements of the agreed shape."""
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)
 
     def key_for(self, rank: int) -> tuple:
         """What ``rank``'s op must match to use this agreement (see :attr:`Op.key`)."""
