@@ -125,16 +125,16 @@ class Controller:
                  timeline: Timeline | None = None, stall: StallInspector | None = None):
         self.t = transport
         self.rank, self.size = transport.rank, transport.size
-        self.capacity = -(-capacity // 64) * 64
-        self.cache = ResponseCache(self.capacity)
+        self.capacity = capacity
+        self.cache = ResponseCache(capacity)
         self.chunk_bytes = chunk_bytes
         self.timeline = timeline
         self.stall = stall if self.rank == 0 else None
-        width = HEAD_BYTES + self.capacity // 8
+        width = HEAD_BYTES + (capacity + 7) // 8
         self.width = width
         self.gathered = np.zeros(self.size * width, np.uint8)
         self.mine = self.gathered[self.rank * width:(self.rank + 1) * width]
-        self.slots = np.zeros(self.capacity, np.bool_)    # my ready bits, unpacked
+        self.slots = np.zeros(capacity, np.bool_)         # my ready bits, unpacked
         self._work = np.zeros_like(self.gathered)
         self._exchange = self._make_exchange()
         self._unresolved: list[Op] = []
@@ -149,6 +149,8 @@ class Controller:
         # Missing ranks of waiting tensors, as the coordinator reported them.
         self.missing: dict[str, tuple[int, ...]] = {}
         self._negotiating: dict[str, set[int]] = {}
+        self.slow_paths = 0          # cycles that needed more than the one exchange
+        self.described = 0           # ops of this rank that were not in the cache
 
     def _make_exchange(self) -> Callable[[], None]:
         if self.size == 1:
@@ -195,7 +197,7 @@ class Controller:
                          if entry is not None]
         if any(f & (UNCACHED | NEWS) for f in all_flags):
             self._slow_path(to_send, all_flags, outcome)
-        if self.rank == 0 and (self.timeline is not None or self.stall is not None):
+        if self.timeline is not None or self.stall is not None:
             self._inspect(blocks, pending, outcome, now_ns)
         self._update_joins(outcome)
         if any(f & SHUTDOWN for f in all_flags):
@@ -241,10 +243,12 @@ class Controller:
 
     def _slow_path(self, to_send: list[tuple[Op, bool]], flags: list[int],
                    outcome: Outcome) -> None:
+        self.slow_paths += 1
         payload = b""
         if flags[self.rank] & UNCACHED:
             payload = json.dumps([describe(op, self.rank, conflict)
                                   for op, conflict in to_send]).encode()
+            self.described += len(to_send)
             for op, _ in to_send:
                 op.sent = True
         if self.rank == 0:
@@ -406,5 +410,5 @@ def _shutdown_reason(stalled: Stalled, seconds: float) -> str:
     from gcurun.runtime.stall import format_ranks
 
     return (f"the stall inspector shut the job down: {stalled.op} {stalled.name!r} waited "
-            f"{stalled.waited:.0f} s for {format_ranks(stalled.missing)} "
+            f"{stalled.waited:.1f} s for {format_ranks(stalled.missing)} "
             f"(GCURUN_STALL_CHECK_SHUTDOWN_SECONDS={seconds:g})")

@@ -63,6 +63,8 @@ class Executor:
         self.fusion = fusion.FusionBuffers()
         self._chunks: dict[np.dtype, np.ndarray] = {}
         self._scratch = np.empty(2 * self.size * GATHER_REDUCE_BYTES, np.uint8)
+        # batches run, and ops that ran in a batch of more than one
+        self.stats = {"batches": 0, "fused": 0}
 
     def run(self, items: Sequence[Item], ready_ns: int, complete: Complete) -> None:
         """Run ``items`` (fusing what may be fused); ``complete(op, result)`` for each of
@@ -77,6 +79,8 @@ class Executor:
                 keys.append((None, 0))
         for batch in fusion.plan_batches(keys, self.threshold_bytes):
             members = [items[i] for i in batch]
+            self.stats["batches"] += 1
+            self.stats["fused"] += len(members) if len(members) > 1 else 0
             start = time.monotonic_ns()
             self._queued(members, ready_ns, start)
             if members[0][0].kind == OpKind.ALLREDUCE:

@@ -35,7 +35,7 @@ def format_ranks(ranks: Iterable[int]) -> str:
 
 def stall_warning(stalled: list[Stalled], warning_seconds: float) -> str:
     """The warning the coordinator logs: each tensor, how long, which ranks are missing."""
-    lines = [f"  {s.op} {s.name!r}: waited {s.waited:.0f} s for {format_ranks(s.missing)}"
+    lines = [f"  {s.op} {s.name!r}: waited {s.waited:.1f} s for {format_ranks(s.missing)}"
              for s in stalled[:20]]
     if len(stalled) > 20:
         lines.append(f"  ... and {len(stalled) - 20} more tensors")

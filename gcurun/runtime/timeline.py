@@ -66,10 +66,10 @@ class Timeline:
         return f"{(ns - self._start_ns) / 1000:.3f}"
 
     def _meta(self, row: int, title: str) -> None:
-        self._events.append(f'{{"name":"process_name","ph":"M","pid":{row},"tid":0,'
+        self._events.append(f'{{"name":"process_name","ph":"M","ts":0,"pid":{row},"tid":0,'
                             f'"args":{{"name":{json.dumps(title)}}}}}')
-        self._events.append(f'{{"name":"process_sort_index","ph":"M","pid":{row},"tid":0,'
-                            f'"args":{{"sort_index":{row}}}}}')
+        self._events.append(f'{{"name":"process_sort_index","ph":"M","ts":0,"pid":{row},'
+                            f'"tid":0,"args":{{"sort_index":{row}}}}}')
 
     def _row(self, tensor: str) -> int:
         row = self._rows.get(tensor)
