@@ -21,13 +21,7 @@ import numpy as np
 
 from gcurun.runtime import basics
 from gcurun.runtime.api import NotInitializedError, ReduceOp
-from gcurun.runtime.collectives import (
-    _dtype_error,
-    _reduce_error,
-    _reduce_op,
-    _rows_error,
-    _splits,
-)
+from gcurun.runtime.arguments import dtype_error, reduce_error, reduce_op, rows_error, send_counts
 from gcurun.runtime.dtypes import as_array, flat_contiguous
 from gcurun.runtime.engine import Engine
 from gcurun.runtime.negotiate import OpKind
@@ -65,8 +59,8 @@ def _writable(arr: np.ndarray, what: str) -> str | None:
 def allreduce_op(engine: Engine, tensor: Any, op: Any, prescale: float, postscale: float,
                  name: str | None, inplace: bool) -> Op:
     arr = as_array(tensor)
-    rop, error = _reduce_op(op)
-    error = error or _reduce_error(arr, rop, prescale, postscale)
+    rop, error = reduce_op(op)
+    error = error or reduce_error(arr, rop, prescale, postscale)
     if inplace:
         error = error or _writable(arr, "allreduce_")
     return Op(OpKind.ALLREDUCE, _name(engine, name, OpKind.ALLREDUCE), arr,
@@ -77,8 +71,8 @@ def allreduce_op(engine: Engine, tensor: Any, op: Any, prescale: float, postscal
 def reducescatter_op(engine: Engine, tensor: Any, op: Any, prescale: float,
                      postscale: float, name: str | None) -> Op:
     arr = as_array(tensor)
-    rop, error = _reduce_op(op)
-    error = error or _reduce_error(arr, rop, prescale, postscale) or _rows_error(arr)
+    rop, error = reduce_op(op)
+    error = error or reduce_error(arr, rop, prescale, postscale) or rows_error(arr)
     return Op(OpKind.REDUCESCATTER, _name(engine, name, OpKind.REDUCESCATTER), arr,
               None if error else flat_contiguous(arr), rop=int(rop), prescale=prescale,
               postscale=postscale, error=error)
@@ -86,7 +80,7 @@ def reducescatter_op(engine: Engine, tensor: Any, op: Any, prescale: float,
 
 def allgather_op(engine: Engine, tensor: Any, name: str | None) -> Op:
     arr = as_array(tensor)
-    error = _dtype_error(arr) or _rows_error(arr)
+    error = dtype_error(arr) or rows_error(arr)
     return Op(OpKind.ALLGATHER, _name(engine, name, OpKind.ALLGATHER), arr,
               None if error else flat_contiguous(arr), error=error)
 
@@ -95,7 +89,7 @@ def broadcast_op(engine: Engine, tensor: Any, root_rank: Any, name: str | None,
                  inplace: bool) -> Op:
     arr = as_array(tensor)
     good_root = isinstance(root_rank, (int, np.integer)) and 0 <= root_rank < engine.size
-    error = _dtype_error(arr) or (None if good_root else (
+    error = dtype_error(arr) or (None if good_root else (
         f"root_rank={root_rank!r} is not a rank of this job; use 0..{engine.size - 1}"))
     if inplace:
         error = error or _writable(arr, "broadcast_")
@@ -107,8 +101,8 @@ def broadcast_op(engine: Engine, tensor: Any, root_rank: Any, name: str | None,
 
 def alltoall_op(engine: Engine, tensor: Any, splits: Any, name: str | None) -> Op:
     arr = as_array(tensor)
-    send_rows, error = _splits(arr, splits, engine.size)
-    error = _dtype_error(arr) or _rows_error(arr) or error
+    send_rows, error = send_counts(arr, splits, engine.size)
+    error = dtype_error(arr) or rows_error(arr) or error
     return Op(OpKind.ALLTOALL, _name(engine, name, OpKind.ALLTOALL), arr,
               None if error else flat_contiguous(arr),
               splits=tuple(int(n) for n in send_rows), error=error)
