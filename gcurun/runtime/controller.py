@@ -197,7 +197,8 @@ class Controller:
                          if entry is not None]
         if any(f & (UNCACHED | NEWS) for f in all_flags):
             self._slow_path(to_send, all_flags, outcome)
-        if self.timeline is not None or self.stall is not None:
+        if self.timeline is not None or (self.stall is not None
+                                         and time.monotonic() >= self._next_check):
             self._inspect(blocks, pending, outcome, now_ns)
         self._update_joins(outcome)
         if any(f & SHUTDOWN for f in all_flags):
@@ -234,7 +235,10 @@ class Controller:
 
     def _ready_slots(self, blocks: np.ndarray) -> list[int]:
         bits = blocks[:, HEAD_BYTES:]
-        both = np.bitwise_and.reduce(bits, axis=0) if self.size > 1 else bits[0]
+        if self.size == 2:
+            both = np.bitwise_and(bits[0], bits[1])
+        else:
+            both = np.bitwise_and.reduce(bits, axis=0) if self.size > 1 else bits[0]
         if not both.any():
             return []
         return np.flatnonzero(np.unpackbits(both, bitorder="little")).tolist()

@@ -70,7 +70,8 @@ class Engine:
         self.timeline = None if path is None else Timeline(
             path, max_bytes=int(env.timeline_max_mb * MIB),
             mark_cycles=env.timeline_mark_cycles, rank=self.rank, size=self.size)
-        report = min(self.timeout / 2, env.stall_check_warning_seconds or self.timeout)
+        # Every rank learns who is missing well before its synchronize() gives up.
+        report = min(self.timeout / 4, env.stall_check_warning_seconds or self.timeout)
         stall = StallInspector(self.size, env.stall_check_warning_seconds,
                                env.stall_check_shutdown_seconds, report)
         self.controller = Controller(transport, capacity, chunk_bytes, self.timeline, stall)
@@ -84,6 +85,10 @@ class Engine:
         self._joining: Op | None = None
         self._stop_requested = False
         self._failure: str | None = None            # set once the engine cannot go on
+        self._ended = False                         # no more cycles, ever
+        # Held while a cycle runs: by the engine thread, or by a caller waiting in
+        # synchronize() while the engine thread is idle (saving two thread switches).
+        self._cycling = threading.Lock()
         self._last_start = 0.0
         self.cycles = 0
         self._thread = threading.Thread(target=self._run, name="gcurun-engine", daemon=True)
@@ -141,12 +146,25 @@ class Engine:
 
     def _wait(self, op: Op) -> None:
         deadline = time.monotonic() + self.timeout
+        if not op.done.is_set() and self._cycling.acquire(blocking=False):
+            try:
+                while not op.done.is_set() and not self._ended and \
+                        time.monotonic() < deadline:
+                    self._one_cycle()
+            finally:
+                self._cycling.release()
+        grace = True
         while not op.done.wait(max(0.0, deadline - time.monotonic())):
             if op.state != PENDING:
                 # Running: the transport's own timeout bounds it.
                 deadline = time.monotonic() + self.timeout
                 continue
             missing = self.controller.missing.get(op.name)
+            if missing is None and grace:
+                # Rank 0 reports who is missing; give its report a moment to arrive.
+                grace = False
+                deadline = time.monotonic() + min(1.0, self.timeout / 4)
+                continue
             who = (format_ranks(missing) + (" (not submitted there)" if missing else "")
                    if missing else "the other ranks to submit it")
             raise CollectiveTimeout(
@@ -173,33 +191,54 @@ class Engine:
     def _run(self) -> None:
         try:
             while self._wait_for_work():
-                if not self._cycle():
-                    break
+                with self._cycling:
+                    # A caller may have run the cycles while this thread waited.
+                    if self._due() <= time.monotonic():
+                        self._one_cycle()
+        finally:
+            if self.timeline is not None:
+                self.timeline.close()
+
+    def _one_cycle(self) -> None:
+        """Run a cycle (holding ``_cycling``); on the way out of the engine's life, mark it
+        ended so that every thread stops running cycles."""
+        if self._ended:
+            return
+        try:
+            if self._cycle():
+                return
         except (PeerFailureError, CollectiveTimeout) as exc:
             self._fail(exc, abort=True)
         except BaseException as exc:  # a bug: every rank must hear of it, not hang
             log.exception("rank %d: the gcurun engine failed", self.rank)
             self._fail(ProtocolError(f"the engine of rank {self.rank} failed: "
                                      f"{type(exc).__name__}: {exc}"), abort=True)
-        finally:
-            if self.timeline is not None:
-                self.timeline.close()
+        with self._lock:
+            self._ended = True
+            self._lock.notify_all()
 
     def _wait_for_work(self) -> bool:
         with self._lock:
             while True:
                 now = time.monotonic()
-                if self._stop_requested:
-                    return True
-                if self._pending or self._joining is not None:
-                    due = self._last_start + self.cycle_seconds
-                elif self._incoming:
-                    due = now
-                else:
-                    due = self._last_start + IDLE_TICK
+                if self._ended:
+                    return False
+                due = self._due()
                 if now >= due:
                     return True
                 self._lock.wait(due - now)
+
+    def _due(self) -> float:
+        """When the next cycle should start: now when asked to stop or when ops arrive at
+        an idle engine; a cycle time after the last one while ops wait; else after
+        ``IDLE_TICK``."""
+        if self._stop_requested or self._ended:
+            return 0.0
+        if self._pending or self._joining is not None:
+            return self._last_start + self.cycle_seconds
+        if self._incoming:
+            return 0.0
+        return self._last_start + IDLE_TICK
 
     def _cycle(self) -> bool:
         self._last_start = time.monotonic()
