@@ -3,71 +3,98 @@
 Horovod's basics and collectives on numpy arrays (or any object with the buffer protocol)
 over the ``mpi``, ``tcp`` or single-process backend, chosen by :func:`init`.
 
-Names are loaded on first use: the launcher imports ``gcurun.runtime.rendezvous`` and
-must not pay for numpy, and neither should a rank until it calls the runtime.
+The names below load on first use, so that the launcher can import
+``gcurun.runtime.rendezvous`` without paying for numpy.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# Public name -> the module that defines it.
-_EXPORTS = {
-    "Adasum": "gcurun.runtime.ops",
-    "allgather": "gcurun.runtime.ops",
-    "allgather_object": "gcurun.runtime.ops",
-    "allreduce": "gcurun.runtime.ops",
-    "allreduce_": "gcurun.runtime.ops",
-    "alltoall": "gcurun.runtime.ops",
-    "ArgumentError": "gcurun.runtime.api",
-    "Average": "gcurun.runtime.ops",
-    "backend": "gcurun.runtime.basics",
-    "barrier": "gcurun.runtime.ops",
-    "broadcast": "gcurun.runtime.ops",
-    "broadcast_": "gcurun.runtime.ops",
-    "broadcast_object": "gcurun.runtime.ops",
-    "CollectiveError": "gcurun.errors",
-    "CollectiveTimeout": "gcurun.runtime.api",
-    "cross_rank": "gcurun.runtime.basics",
-    "cross_size": "gcurun.runtime.basics",
-    "gloo_built": "gcurun.runtime.basics",
-    "gloo_enabled": "gcurun.runtime.basics",
-    "init": "gcurun.runtime.basics",
-    "is_homogeneous": "gcurun.runtime.basics",
-    "is_initialized": "gcurun.runtime.basics",
-    "local_rank": "gcurun.runtime.basics",
-    "local_size": "gcurun.runtime.basics",
-    "Max": "gcurun.runtime.ops",
-    "Min": "gcurun.runtime.ops",
-    "MismatchError": "gcurun.runtime.api",
-    "mpi_built": "gcurun.runtime.basics",
-    "mpi_enabled": "gcurun.runtime.basics",
-    "mpi_threads_supported": "gcurun.runtime.basics",
-    "nccl_built": "gcurun.runtime.basics",
-    "NotInitializedError": "gcurun.runtime.api",
-    "PeerFailureError": "gcurun.runtime.api",
-    "Product": "gcurun.runtime.ops",
-    "rank": "gcurun.runtime.basics",
-    "ReduceOp": "gcurun.runtime.api",
-    "reducescatter": "gcurun.runtime.ops",
-    "shutdown": "gcurun.runtime.basics",
-    "size": "gcurun.runtime.basics",
-    "Sum": "gcurun.runtime.ops",
+if TYPE_CHECKING:
+    from gcurun.errors import CollectiveError
+    from gcurun.runtime.api import (
+        ArgumentError,
+        CollectiveTimeout,
+        MismatchError,
+        NotInitializedError,
+        PeerFailureError,
+        ReduceOp,
+    )
+    from gcurun.runtime.basics import (
+        backend,
+        cross_rank,
+        cross_size,
+        gloo_built,
+        gloo_enabled,
+        init,
+        is_homogeneous,
+        is_initialized,
+        local_rank,
+        local_size,
+        mpi_built,
+        mpi_enabled,
+        mpi_threads_supported,
+        nccl_built,
+        rank,
+        shutdown,
+        size,
+    )
+    from gcurun.runtime.ops import (
+        Adasum,
+        Average,
+        Max,
+        Min,
+        Product,
+        Sum,
+        allgather,
+        allgather_object,
+        allreduce,
+        allreduce_,
+        alltoall,
+        barrier,
+        broadcast,
+        broadcast_,
+        broadcast_object,
+        reducescatter,
+    )
+
+_HOMES = {
+    "gcurun.errors": ("CollectiveError",),
+    "gcurun.runtime.api": ("ArgumentError", "CollectiveTimeout", "MismatchError",
+                           "NotInitializedError", "PeerFailureError", "ReduceOp"),
+    "gcurun.runtime.basics": ("backend", "cross_rank", "cross_size", "gloo_built",
+                              "gloo_enabled", "init", "is_homogeneous", "is_initialized",
+                              "local_rank", "local_size", "mpi_built", "mpi_enabled",
+                              "mpi_threads_supported", "nccl_built", "rank", "shutdown",
+                              "size"),
+    "gcurun.runtime.ops": ("Adasum", "Average", "Max", "Min", "Product", "Sum", "allgather",
+                           "allgather_object", "allreduce", "allreduce_", "alltoall",
+                           "barrier", "broadcast", "broadcast_", "broadcast_object",
+                           "reducescatter"),
 }
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Adasum", "ArgumentError", "Average", "CollectiveError", "CollectiveTimeout", "Max",
+    "Min", "MismatchError", "NotInitializedError", "PeerFailureError", "Product", "ReduceOp",
+    "Sum", "allgather", "allgather_object", "allreduce", "allreduce_", "alltoall", "backend",
+    "barrier", "broadcast", "broadcast_", "broadcast_object", "cross_rank", "cross_size",
+    "gloo_built", "gloo_enabled", "init", "is_homogeneous", "is_initialized", "local_rank",
+    "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank",
+    "reducescatter", "shutdown", "size",
+]
 
 
 def __getattr__(name: str) -> Any:
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'gcurun.runtime' has no attribute '{name}'") from None
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gcurun.runtime' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
+    globals()[name] = value        # later lookups are plain module attributes
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(__all__))
