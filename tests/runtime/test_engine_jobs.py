@@ -8,14 +8,15 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from gcurun.runtime.rendezvous import RendezvousServer
 from gcurun.runtime.timeline_summary import read_trace, summarize
-from tests.helpers import wait_for
-from tests.runtime.jobs import MPIRUN, run_job, run_tcp
+from tests.helpers import run_gcurun, wait_for
+from tests.runtime.jobs import MPIRUN, RANK_SCRIPTS, run_job, run_tcp
 
 pytestmark = pytest.mark.integration
 needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="mpirun is not on PATH")
@@ -154,3 +155,18 @@ def test_the_stall_inspector_shuts_a_stalled_job_down(backend: str, tmp_path: Pa
     refused = job.lines("rank 1 refused: allreduce 'after': the job failed earlier (the "
                         "stall inspector shut the job down")
     assert len(refused) == 1, job.stdout
+
+
+def test_the_launchers_knobs_reach_the_engine(tmp_path: Path) -> None:
+    """``gcurun --timeline-filename ... --fusion-threshold-mb ...``: the launcher's flags
+    become the rank variables the engine reads."""
+    trace = tmp_path / "trace.json"
+    done = run_gcurun("-np", "2", "--timeline-filename", str(trace), "--timeline-mark-cycles",
+                      "--fusion-threshold-mb", "0", sys.executable,
+                      str(RANK_SCRIPTS / "engine_timeline.py"))
+    assert done.returncode == 0, done.stderr
+    events = json.loads(trace.read_text())
+    assert any(e["name"] == "CYCLE_START" for e in events)
+    # Fusion is off: no tensor was copied into a fusion buffer.
+    assert not any(e["name"] == "MEMCPY_IN_FUSION_BUFFER" for e in events)
+    assert any(e["name"] == "RING_ALLGATHER" for e in events)
