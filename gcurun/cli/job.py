@@ -16,27 +16,45 @@ from gcurun.launch.api import LaunchPlan
 def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, Any],
            environ: Mapping[str, str], *, stdout: TextIO, stderr: TextIO) -> int:
     """Resolve settings, build the plan, then print it (--dry-run) or run it."""
-    from gcurun.config.profile import read_profile
     from gcurun.config.resolve import profile_path_from, resolve_settings
 
     path = profile_path_from(params.get("profile"), environ)
-    profile = read_profile(path) if path else None
+    profile = None
+    if path:
+        from gcurun.config.profile import read_profile
+
+        profile = read_profile(path)
     settings = resolve_settings(cli, profile, environ)
     plan = make_plan(command, settings, params, environ)
     if params.get("as_json") and not params.get("dry_run"):
         raise UsageError("--json only goes with --dry-run; add --dry-run")
+    plan = bind(plan, settings, environ, stderr)
+    # Remote ranks of an SSH launch are bound (and reported) after the preflight.
+    remote_later = plan.launcher == "ssh" and settings.bind_to != "none" and \
+        any(not r.is_local for r in plan.ranks)
+    if settings.report_bindings and not params.get("as_json") and \
+            (params.get("dry_run") or not remote_later):
+        from gcurun.launch.binding import format_binding_table
+
+        unbound = "by mpirun" if plan.launcher == "mpi" else \
+            "after the ssh preflight" if remote_later else "not bound"
+        stderr.write(format_binding_table(plan, unbound=unbound) + "\n")
     if params.get("dry_run"):
         from gcurun.cli.render import print_plan
 
-        print_plan(plan, settings, as_json=bool(params.get("as_json")), out=stdout)
+        mpirun = mpirun_preview(plan, settings) if plan.launcher == "mpi" else None
+        print_plan(plan, settings, as_json=bool(params.get("as_json")), out=stdout,
+                   mpirun=mpirun)
         return 0
+    from gcurun.cli.sshlog import ssh_reports
     from gcurun.launch.output import OutputSink
     from gcurun.launch.runner import run_job
 
     sink = OutputSink(stdout, stderr, color=use_color(params.get("color", "auto"), stdout,
                                                       environ),
                       show_ranks=settings.show_ranks, output_dir=settings.output_dir)
-    run_job(plan, settings, sink)
+    with ssh_reports(stderr):
+        run_job(plan, settings, sink)
     return 0
 
 
@@ -59,6 +77,47 @@ def make_plan(command: Sequence[str], settings: Settings, params: Mapping[str, A
         forwarded_env=settings.forward_env, master_addr=params.get("master_addr"),
         master_port=master_port, workdir=settings.workdir or os.getcwd(),
         sources=settings.sources)
+
+
+def bind(plan: LaunchPlan, settings: Settings, environ: Mapping[str, str],
+         stderr: TextIO) -> LaunchPlan:
+    """Fill in the CPU and memory binding of this host's ranks. Under mpirun, mpirun
+    binds; the ranks it places on this host are still checked against its cores, so too
+    many ranks fail with the same arithmetic. Warnings (allowed oversubscription) go to
+    ``stderr``."""
+    if settings.bind_to == "none":
+        return plan
+    from gcurun.hosts.topology import probe_topology
+    from gcurun.launch.binding import LocalRank, bind_plan, plan_bindings
+
+    here = probe_topology()
+    if plan.launcher == "mpi":
+        warnings: tuple[str, ...] = ()
+        for host in dict.fromkeys(r.host for r in plan.ranks if r.is_local):
+            ranks = [LocalRank(r.rank, r.local_rank) for r in plan.ranks_on(host)]
+            warnings += plan_bindings(here, ranks, settings.bind_to, settings.map_by,
+                                      oversubscribe=settings.oversubscribe,
+                                      host=host).warnings
+    else:
+        # Remote hosts are bound by the SSH executor once its preflight has read them.
+        topologies = {r.host: here for r in plan.ranks if r.is_local}
+        plan, warnings = bind_plan(plan, topologies, settings.bind_to, settings.map_by,
+                                   oversubscribe=settings.oversubscribe,
+                                   user_env={**environ, **settings.env},
+                                   hosts=tuple(topologies))
+    for warning in warnings:
+        stderr.write(f"gcurun: warning: {warning}\n")
+    return plan
+
+
+def mpirun_preview(plan: LaunchPlan, settings: Settings) -> tuple[tuple[str, ...], str | None]:
+    """The exact mpirun argv a run would use (its hostfile path is a temporary one chosen
+    at start) and the hostfile text."""
+    from gcurun.launch.mpi_group import mpi_command
+
+    command, _ = mpi_command(plan, settings, secrets={},
+                             hostfile_path="$TMPDIR/gcurun-mpi-XXXXXX/hostfile")
+    return command.argv, command.hostfile
 
 
 def free_port() -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from gcurun.config.api import Settings
@@ -40,9 +41,14 @@ def plan_to_dict(plan: LaunchPlan) -> dict[str, Any]:
     }
 
 
-def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: TextIO) -> None:
+def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: TextIO,
+               mpirun: tuple[Sequence[str], str | None] | None = None) -> None:
+    """The plan as a table or JSON; ``mpirun`` (argv, hostfile text) for MPI launches."""
     if as_json:
-        out.write(json.dumps(plan_to_dict(plan), indent=2) + "\n")
+        data = plan_to_dict(plan)
+        if mpirun is not None:
+            data["mpirun"] = {"argv": list(mpirun[0]), "hostfile": mpirun[1]}
+        out.write(json.dumps(data, indent=2) + "\n")
         return
     from rich.console import Console
     from rich.table import Table
@@ -59,19 +65,30 @@ def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: Text
                       f"{r.cross_rank}/{r.cross_size}", str(r.node_rank), r.device or "-",
                       cpus, " ".join(r.argv))
     console.print(table)
+    from gcurun.config.resolve import explain_settings
+
     sources = Table("setting", "value", "from", box=None, pad_edge=False)
-    for key, origin in sorted(plan.sources.items()):
-        sources.add_row(key, str(setting_value(settings, key)), origin)
+    for key, value, origin in explain_settings(settings):
+        sources.add_row(key, show_value(value), origin)
     console.print(sources)
+    if mpirun is not None:
+        import shlex
+
+        out.write("mpirun command:\n  " + shlex.join(mpirun[0]) + "\n")
+        if mpirun[1] is not None:
+            out.write("hostfile:\n" + "".join(f"  {line}\n"
+                                              for line in mpirun[1].splitlines()))
 
 
-def setting_value(settings: Settings, key: str) -> Any:
-    value: Any = settings
-    for part in key.split("."):
-        value = getattr(value, part, None)
+def show_value(value: Any) -> str:
+    """A setting as a person would type it: hosts as a -H spec, tuples comma-joined."""
     if isinstance(value, tuple) and value and hasattr(value[0], "display"):
         return ",".join(f"{h.display}:{h.slots}" for h in value)
-    return value
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "-"
+    if isinstance(value, dict):
+        return ",".join(sorted(value))
+    return "-" if value is None else str(value)
 
 
 def compress_ids(ids: tuple[int, ...]) -> str:

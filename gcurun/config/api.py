@@ -67,6 +67,7 @@ class Settings:
 
     np: int | None = None
     hosts: tuple[HostSpec, ...] | None = None   # None = this host only
+    hostfile: str | None = None                 # the hostfile that gave hosts, if any
     oversubscribe: bool = False
     accelerator: Accelerator = "gcu"
     devices: tuple[str, ...] | None = None      # applies to hosts without their own list

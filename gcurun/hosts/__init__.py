@@ -6,12 +6,30 @@ they are named here so callers can write ``from gcurun.hosts import parse_host_s
 
 from __future__ import annotations
 
-from gcurun.hosts.api import HostSpec
-from gcurun.hosts.hostfile import parse_hostfile, read_hostfile
-from gcurun.hosts.hostlist import collapse_hostlist, expand_hostlist
-from gcurun.hosts.item import canonical_host
-from gcurun.hosts.local import is_local_host, local_hosts, probe_local_names
-from gcurun.hosts.specs import parse_host_specs, total_slots
+import importlib
+from typing import Any
+
+# Name -> module holding it; loaded on first use so `import gcurun.hosts.api` stays cheap.
+_EXPORTS = {
+    "HostSpec": "api",
+    "canonical_host": "item",
+    "collapse_hostlist": "hostlist",
+    "expand_hostlist": "hostlist",
+    "is_local_host": "local",
+    "local_hosts": "local",
+    "parse_host_specs": "specs",
+    "parse_hostfile": "hostfile",
+    "probe_local_names": "local",
+    "read_hostfile": "hostfile",
+    "total_slots": "specs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'gcurun.hosts' has no attribute '{name}'")
+    return getattr(importlib.import_module(f"gcurun.hosts.{_EXPORTS[name]}"), name)
+
 
 __all__ = [
     "HostSpec",

@@ -10,12 +10,16 @@ import os
 import signal
 import time
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 
 def descendants(pid: int) -> list[psutil.Process]:
     """Every live process started under ``pid``, grandchildren included."""
+    import psutil
+
     try:
         return psutil.Process(pid).children(recursive=True)
     except psutil.Error:
@@ -37,6 +41,8 @@ def stop_processes(pids: Sequence[int], grace_seconds: float) -> None:
     left the group (a new session) are found through psutil beforehand. Every group gets
     SIGTERM; whatever still lives at the deadline gets SIGKILL. Reaping is the owner's job.
     """
+    if not any(group_exists(pid) for pid in pids):
+        return  # the common end of a job: nothing left, and no need to load psutil
     strays = [d for pid in pids for d in descendants(pid)]
     for pid in pids:
         signal_group(pid, signal.SIGTERM)
@@ -53,8 +59,21 @@ def stop_processes(pids: Sequence[int], grace_seconds: float) -> None:
         _signal(s, signal.SIGKILL)
 
 
+def group_exists(pgid: int) -> bool:
+    """True while any process, a zombie included, is left in group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def live_groups(pgids: Iterable[int]) -> set[int]:
     """The groups among ``pgids`` that still hold a process that is not a zombie."""
+    import psutil
+
     wanted, live = set(pgids), set()
     for proc in psutil.process_iter(["pid", "status"]):
         if proc.info["status"] == psutil.STATUS_ZOMBIE:
@@ -69,6 +88,8 @@ def live_groups(pgids: Iterable[int]) -> set[int]:
 
 
 def _signal(p: psutil.Process, signum: int) -> None:
+    import psutil
+
     try:
         p.send_signal(signum)
     except psutil.Error:
@@ -76,6 +97,8 @@ def _signal(p: psutil.Process, signum: int) -> None:
 
 
 def _alive(p: psutil.Process) -> bool:
+    import psutil
+
     try:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:

@@ -20,13 +20,32 @@ GroupFactory = Callable[[LaunchPlan, Settings, Mapping[str, str]], Sequence[Rank
 
 def local_groups(plan: LaunchPlan, settings: Settings,
                  secrets: Mapping[str, str]) -> Sequence[RankGroup]:
+    from gcurun.launch.binding import local_binder
     from gcurun.launch.local import LocalRankGroup
 
     ranks = [r for r in plan.ranks if r.is_local]
-    return [LocalRankGroup(ranks, workdir=plan.workdir, extra_env=secrets)] if ranks else []
+    return [LocalRankGroup(ranks, workdir=plan.workdir, extra_env=secrets,
+                           argv_for=local_binder())] if ranks else []
 
 
-EXECUTORS: dict[str, GroupFactory] = {"local": local_groups}
+def ssh_groups(plan: LaunchPlan, settings: Settings,
+               secrets: Mapping[str, str]) -> Sequence[RankGroup]:
+    """Remote ranks over SSH (after a preflight of every remote host), local ones here."""
+    from gcurun.launch.ssh import ssh_groups as remote_groups
+
+    remote = remote_groups(plan, settings, secrets)
+    return [*local_groups(plan, settings, secrets), *remote]
+
+
+def mpi_groups(plan: LaunchPlan, settings: Settings,
+               secrets: Mapping[str, str]) -> Sequence[RankGroup]:
+    from gcurun.launch.mpi_group import mpi_groups as make
+
+    return make(plan, settings, secrets)
+
+
+EXECUTORS: dict[str, GroupFactory] = {"local": local_groups, "ssh": ssh_groups,
+                                      "mpi": mpi_groups}
 
 
 def make_groups(plan: LaunchPlan, settings: Settings,

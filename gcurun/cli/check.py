@@ -1,0 +1,85 @@
+"""``gcurun check``: what this host offers a job, as one table."""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+import click
+
+from gcurun import __version__
+
+
+def mpi_library_version() -> str:
+    """The MPI library mpi4py is built against, read without initialising MPI."""
+    try:
+        import mpi4py
+
+        mpi4py.rc.initialize = False
+        mpi4py.rc.finalize = False
+        from mpi4py import MPI
+
+        return f"mpi4py {mpi4py.__version__}; " + MPI.Get_library_version().splitlines()[0]
+    except Exception as exc:  # an import failure is a finding, not a crash
+        return f"unavailable ({type(exc).__name__}: {exc})"
+
+
+def tool_version(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        return "not found on PATH"
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+        first = (out.stdout or out.stderr).strip().splitlines()
+        return f"{path} ({first[0]})" if first else path
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{path} (no version: {exc})"
+
+
+def rows(accelerator: str, sysfs: str) -> list[tuple[str, str]]:
+    from gcurun.hosts.topology import format_cpulist, probe_topology
+
+    found = [
+        ("gcurun", f"{__version__} ({os.path.dirname(os.path.abspath(__file__))[:-4]})"),
+        ("python", f"{platform.python_version()} ({sys.executable})"),
+        ("mpi", mpi_library_version()),
+        ("mpirun", tool_version("mpirun")),
+        ("numactl", shutil.which("numactl") or "not found on PATH"),
+    ]
+    topo = probe_topology(sysfs)
+    for node in topo.numa_nodes:
+        memory = f", {node.memory_kb // 1024} MiB" if node.memory_kb else ""
+        found.append((f"numa node {node.id}", f"cpus {format_cpulist(node.cpus)}{memory}"))
+    devices = topo.accelerators(accelerator)
+    for index, dev in enumerate(devices):
+        where = f"numa node {dev.numa_node}" if dev.numa_node is not None else "numa unknown"
+        found.append((f"{accelerator} device {index}",
+                      f"pci {dev.bdf} vendor {dev.vendor:#06x} ({dev.driver or 'no driver'}), "
+                      f"{where}"))
+    if accelerator == "gcu":
+        nodes = sorted(glob.glob("/dev/gcu*"))
+        found.append(("/dev/gcu*", " ".join(nodes) if nodes else "none"))
+    if not devices:
+        found.append((f"{accelerator} devices", "none found on the PCI bus"))
+    return found
+
+
+@click.command("check", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--accelerator", default="gcu", show_default=True,
+              type=click.Choice(["gcu", "cuda", "rocm", "ascend", "mlu", "none"]))
+@click.option("--sysfs", default="/sys", show_default=True, hidden=True,
+              help="Root of the sysfs tree to read (tests point it at a fake tree).")
+def check(accelerator: str, sysfs: str) -> int:
+    """Show versions, MPI, NUMA nodes and accelerator devices of this host."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("what", "found", box=None, pad_edge=False)
+    for what, found in rows(accelerator, sysfs):
+        table.add_row(what, found)
+    Console(highlight=False, soft_wrap=True).print(table)
+    return 0

@@ -1,0 +1,317 @@
+"""The one place where CLI, profile, environment and defaults become :class:`Settings`.
+
+Precedence, per dotted key: CLI > profile > ``GCURUN_*`` environment > defaults. The
+environment layer also reads Horovod's names for the runtime knobs (``HOROVOD_CYCLE_TIME``
+...), below the ``GCURUN_*`` ones. ``Settings.sources`` records the winner of every key as
+``cli``, ``profile:<file>:<line>``, ``env:<VAR>`` or ``default``.
+
+Three keys combine layers instead of replacing them: ``env`` is merged per variable (each
+``env.NAME`` has its own source), ``forward_env`` is the union of the profile's and the
+CLI's names, and ``hosts``/``hostfile`` are one choice: the highest layer giving either
+decides both, and a hostfile that wins is read into ``hosts`` (the only I/O here).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gcurun.config.api import MPISettings, RuntimeSettings, Settings, SSHSettings
+from gcurun.config.schema import KEYS, KEYS_BY_PATH, Key
+from gcurun.errors import HostSpecError, UsageError
+from gcurun.hosts.api import HostSpec
+from gcurun.hosts.hostfile import read_hostfile as _read_hostfile
+from gcurun.hosts.specs import parse_host_specs
+
+if TYPE_CHECKING:  # the profile module imports yaml; runs without a profile skip it
+    from gcurun.config.profile import Profile
+
+PROFILE_VARIABLE = "GCURUN_PROFILE"
+
+_BYTES_PER_MB = 1024 * 1024
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_COMBINED = frozenset({"hosts", "hostfile", "env", "forward_env"})
+
+
+@dataclass(frozen=True)
+class _Alias:
+    """A Horovod variable read as a runtime knob, converted by ``scale``."""
+
+    variable: str
+    key: Key
+    scale: float = 1.0
+
+
+_HOROVOD: dict[str, _Alias] = {
+    "runtime.fusion_threshold_mb": _Alias(
+        "HOROVOD_FUSION_THRESHOLD", Key("runtime.fusion_threshold_mb", "int", low=0),
+        1.0 / _BYTES_PER_MB),
+    "runtime.cycle_time_ms": _Alias("HOROVOD_CYCLE_TIME", KEYS_BY_PATH["runtime.cycle_time_ms"]),
+    "runtime.timeline": _Alias("HOROVOD_TIMELINE", KEYS_BY_PATH["runtime.timeline"]),
+    "runtime.timeline_mark_cycles": _Alias(
+        "HOROVOD_TIMELINE_MARK_CYCLES", KEYS_BY_PATH["runtime.timeline_mark_cycles"]),
+    "runtime.stall_check_warning_seconds": _Alias(
+        "HOROVOD_STALL_CHECK_TIME_SECONDS", KEYS_BY_PATH["runtime.stall_check_warning_seconds"]),
+    "runtime.stall_check_shutdown_seconds": _Alias(
+        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+        KEYS_BY_PATH["runtime.stall_check_shutdown_seconds"]),
+}
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One source of values with the label each of its keys gets in ``Settings.sources``."""
+
+    values: Mapping[str, Any]
+    label: Callable[[str], str]
+
+
+def profile_path_from(cli_value: str | None, environ: Mapping[str, str]) -> str | None:
+    """The profile to load: ``--profile`` if given, else ``GCURUN_PROFILE``, else None."""
+    if cli_value:
+        return cli_value
+    return environ.get(PROFILE_VARIABLE) or None
+
+
+HostfileReader = Callable[[str], tuple[HostSpec, ...]]
+
+
+def resolve_settings(cli: Mapping[str, Any], profile: Profile | None,
+                     environ: Mapping[str, str], *,
+                     read_hostfile: HostfileReader = _read_hostfile) -> Settings:
+    """Merge the layers into Settings, recording every key's source.
+
+    ``cli`` holds only the values the user gave, by dotted key (``hosts`` already parsed
+    into HostSpec records). When the winning host setting is a hostfile (from the profile,
+    ``GCURUN_HOSTFILE`` or a ``hostfile`` CLI key), it is read with ``read_hostfile`` and
+    ``hosts`` holds its hosts. Raises UsageError for a bad ``GCURUN_*``/``HOROVOD_*`` value
+    (naming the variable), for hosts and a hostfile given together in one layer and for a
+    hostfile that cannot be read or parsed; ValueError for a ``cli`` key that is not a
+    setting (a bug in the caller).
+    """
+    cli_values = _normalise_cli(cli)
+    env_values, env_names = read_environment(environ)
+    layers = (
+        _Layer(cli_values, lambda key: "cli"),
+        _Layer(profile.values, profile.origin) if profile else _Layer({}, str),
+        _Layer(env_values, lambda key: f"env:{env_names[key]}"),
+    )
+    chosen: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key in KEYS:
+        if key.path in _COMBINED:
+            continue
+        layer = next((layer for layer in layers if key.path in layer.values), None)
+        if layer is None:
+            sources[key.path] = "default"
+        else:
+            chosen[key.path] = layer.values[key.path]
+            sources[key.path] = layer.label(key.path)
+    _choose_hosts(layers, chosen, sources)
+    if chosen.get("hostfile") is not None and chosen.get("hosts") is None:
+        chosen["hosts"] = _hosts_from_file(chosen["hostfile"], sources["hostfile"],
+                                           read_hostfile)
+    _merge_env(layers, chosen, sources)
+    _merge_forward_env(layers, chosen, sources)
+    return _build(chosen, sources)
+
+
+def read_environment(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings the environment gives, and the variable each one was read from.
+
+    ``GCURUN_<KEY>`` wins over the Horovod name of a runtime knob. An empty variable counts
+    as unset. Raises UsageError naming the variable whose value is bad.
+    """
+    values: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for key in KEYS:
+        candidates = [(key.environ_name, key, 1.0)] if key.environ_name else []
+        alias = _HOROVOD.get(key.path)
+        if alias is not None:
+            candidates.append((alias.variable, alias.key, alias.scale))
+        for variable, parse_key, scale in candidates:
+            text = environ.get(variable, "")
+            if text.strip():
+                value = _parse_variable(variable, text, parse_key)
+                values[key.path] = value * scale if scale != 1.0 else value
+                names[key.path] = variable
+                break
+    if "hosts" in values and "hostfile" in values:
+        raise UsageError(f"both {names['hosts']} and {names['hostfile']} are set; unset one "
+                         "of them")
+    return values, names
+
+
+def runtime_environment(runtime: RuntimeSettings) -> dict[str, str]:
+    """The ``GCURUN_*`` variables that carry the runtime knobs into every rank."""
+    env: dict[str, str] = {}
+    for key in KEYS:
+        if key.section != "runtime" or key.environ_name is None:
+            continue
+        value = getattr(runtime, key.name)
+        if value is not None:
+            env[key.environ_name] = _variable_text(value)
+    return env
+
+
+def explain_settings(settings: Settings) -> tuple[tuple[str, Any, str], ...]:
+    """(dotted key, value, source) for every setting, in a stable order, for --dry-run."""
+    rows: list[tuple[str, Any, str]] = []
+    for key in KEYS:
+        section, _, name = key.path.rpartition(".")
+        value = getattr(getattr(settings, section) if section else settings, name)
+        rows.append((key.path, value, settings.sources.get(key.path, "default")))
+        if key.path == "env":
+            rows.extend((f"env.{var}", text, settings.sources.get(f"env.{var}", "default"))
+                        for var, text in value.items())
+    return tuple(rows)
+
+
+def _parse_variable(variable: str, text: str, key: Key) -> Any:
+    """One environment value, converted to the key's kind, or a UsageError."""
+    try:
+        value = _ENV_PARSERS[key.kind](text.strip(), key)
+    except HostSpecError as exc:
+        raise UsageError(f"{variable}={text!r}: {exc}") from None
+    except ValueError:
+        raise UsageError(f"{variable}={text!r}: expected {key.expected()}; fix the value or "
+                         f"unset {variable}") from None
+    if key.kind in ("int", "float") and not key.in_range(value):
+        raise UsageError(f"{variable}={text!r}: expected {key.expected()}; fix the value or "
+                         f"unset {variable}")
+    return value
+
+
+def _env_bool(text: str, key: Key) -> bool:
+    word = text.lower()
+    if word in _TRUE | _FALSE:
+        return word in _TRUE
+    raise ValueError(text)
+
+
+def _env_float(text: str, key: Key) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
+def _env_choice(text: str, key: Key) -> str:
+    if text.lower() not in key.choices:
+        raise ValueError(text)
+    return text.lower()
+
+
+def _env_words(text: str, key: Key) -> tuple[str, ...]:
+    words = tuple(word.strip() for word in text.split(","))
+    if not all(words):
+        raise ValueError(text)
+    return words
+
+
+_ENV_PARSERS: dict[str, Callable[[str, Key], Any]] = {
+    "int": lambda text, key: int(text),
+    "float": _env_float,
+    "bool": _env_bool,
+    "str": lambda text, key: text,
+    "path": lambda text, key: text,
+    "choice": _env_choice,
+    "devices": _env_words,
+    "args": lambda text, key: tuple(shlex.split(text)),
+    "hosts": lambda text, key: parse_host_specs(text),
+}
+
+
+def _normalise_cli(cli: Mapping[str, Any]) -> dict[str, Any]:
+    """The CLI's values with lists as tuples; the CLI has already checked their types."""
+    unknown = sorted(set(cli) - set(KEYS_BY_PATH))
+    if unknown:
+        raise ValueError(f"not settings: {', '.join(unknown)}")
+    values = dict(cli)
+    for path in ("hosts", "devices", "forward_env", "show_ranks"):
+        if values.get(path) is not None:
+            values[path] = tuple(values[path])
+    if values.get("devices") is not None:
+        values["devices"] = tuple(str(device) for device in values["devices"])
+    if isinstance(values.get("mpi.args"), str):
+        values["mpi.args"] = tuple(shlex.split(values["mpi.args"]))
+    elif "mpi.args" in values:
+        values["mpi.args"] = tuple(values["mpi.args"])
+    if "env" in values:
+        values["env"] = {str(name): str(text) for name, text in values["env"].items()}
+    if "hosts" in values and "hostfile" in values:
+        raise UsageError("hosts (-H) and a hostfile (--hostfile) were both given; give one")
+    return values
+
+
+def _choose_hosts(layers: Iterable[_Layer], chosen: dict[str, Any],
+                  sources: dict[str, str]) -> None:
+    for layer in layers:
+        given = [path for path in ("hosts", "hostfile") if path in layer.values]
+        if given:
+            label = layer.label(given[0])
+            for path in ("hosts", "hostfile"):
+                chosen[path] = layer.values.get(path)
+                sources[path] = layer.label(path) if path in given else label
+            return
+    sources["hosts"] = sources["hostfile"] = "default"
+
+
+def _hosts_from_file(path: str, source: str,
+                    read_hostfile: HostfileReader) -> tuple[HostSpec, ...]:
+    try:
+        return tuple(read_hostfile(path))
+    except HostSpecError as exc:
+        where = "--hostfile" if source == "cli" else source.partition(":")[2]
+        raise HostSpecError(f"{where}: {exc}") from None
+
+
+def _merge_env(layers: tuple[_Layer, ...], chosen: dict[str, Any],
+               sources: dict[str, str]) -> None:
+    env: dict[str, str] = {}
+    sources["env"] = "default"
+    for layer in reversed(layers):           # lowest first, so higher layers overwrite
+        given = layer.values.get("env") or {}
+        for name, text in given.items():
+            env[name] = text
+            sources[f"env.{name}"] = layer.label(f"env.{name}")
+        if given:
+            sources["env"] = layer.label("env")
+    chosen["env"] = env
+
+
+def _merge_forward_env(layers: tuple[_Layer, ...], chosen: dict[str, Any],
+                       sources: dict[str, str]) -> None:
+    names: dict[str, None] = {}
+    sources["forward_env"] = "default"
+    for layer in reversed(layers):
+        given = layer.values.get("forward_env") or ()
+        names.update(dict.fromkeys(given))
+        if given:
+            sources["forward_env"] = layer.label("forward_env")
+    chosen["forward_env"] = tuple(names)
+
+
+def _build(chosen: Mapping[str, Any], sources: Mapping[str, str]) -> Settings:
+    """Settings from the chosen values; keys not chosen keep the dataclass defaults."""
+    def section(name: str) -> dict[str, Any]:
+        return {path.partition(".")[2]: value for path, value in chosen.items()
+                if path.startswith(name + ".")}
+    top = {path: value for path, value in chosen.items() if "." not in path}
+    order = {key.path: index for index, key in enumerate(KEYS)}
+    ordered = dict(sorted(sources.items(), key=lambda item: (
+        order[item[0].split(".")[0] if item[0].startswith("env.") else item[0]], item[0])))
+    return Settings(**top, ssh=SSHSettings(**section("ssh")), mpi=MPISettings(**section("mpi")),
+                    runtime=RuntimeSettings(**section("runtime")), sources=ordered)
+
+
+def _variable_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

@@ -1,0 +1,160 @@
+"""The keys of :class:`gcurun.config.api.Settings`: their kinds, limits and where they may be set.
+
+One table serves the profile loader, the environment reader and the resolver, so a key's type
+and range are stated once. A key's path is its dotted name (``np``, ``ssh.port``,
+``runtime.cycle_time_ms``), the same in the CLI mapping, the profile and ``Settings.sources``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from gcurun.config.api import Accelerator, BindTo, HostKeyPolicy, MapBy
+
+Kind = Literal[
+    "int",      # a whole number
+    "float",    # any number
+    "bool",     # true or false
+    "str",      # text
+    "path",     # text naming a file; relative to the profile's folder when given in one
+    "choice",   # one of Key.choices
+    "devices",  # a list of device ids, kept as strings
+    "names",    # a list of environment variable names
+    "env",      # a mapping of variable name to value
+    "hosts",    # a list of hosts, -H strings or mappings
+    "args",     # a list of command-line arguments, or one string split shell-style
+    "ranks",    # a list of rank numbers (CLI only)
+]
+
+SECTIONS: tuple[str, ...] = ("ssh", "mpi", "runtime")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One setting: its dotted path, its kind and the values it accepts."""
+
+    path: str
+    kind: Kind
+    choices: tuple[str, ...] = ()
+    low: float | None = None        # the smallest value allowed
+    high: float | None = None       # the largest value allowed
+    above: bool = False             # the value must be greater than ``low``, not equal
+    nullable: bool = False          # null (None) is a value the setting can hold
+    in_profile: bool = True
+    in_environ: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.path.rpartition(".")[2]
+
+    @property
+    def section(self) -> str:
+        return self.path.rpartition(".")[0]
+
+    @property
+    def environ_name(self) -> str | None:
+        """``GCURUN_SSH_PORT`` for ``ssh.port``; runtime knobs drop their section."""
+        if not self.in_environ:
+            return None
+        name = self.name if self.section == "runtime" else self.path
+        return "GCURUN_" + name.upper().replace(".", "_")
+
+    @property
+    def noun(self) -> str:
+        """The type a value must have, for error messages: ``an integer``."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        return _NOUNS[self.kind]
+
+    def expected(self) -> str:
+        """The type and range a value must have: ``an integer of at least 1``."""
+        noun = self.noun
+        if self.low is not None and self.high is not None:
+            return f"{noun} from {_num(self.low)} to {_num(self.high)}"
+        if self.low is not None:
+            return f"{noun} {'above' if self.above else 'of at least'} {_num(self.low)}"
+        return noun
+
+    def in_range(self, value: float) -> bool:
+        if self.low is not None and (value < self.low or (self.above and value == self.low)):
+            return False
+        return self.high is None or value <= self.high
+
+
+_NOUNS: dict[str, str] = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "path": "a file path",
+    "devices": "a list of device ids",
+    "names": "a list of environment variable names",
+    "env": "a mapping of variable names to values",
+    "hosts": "a list of hosts",
+    "args": "a list of arguments or one string",
+    "ranks": "a list of rank numbers",
+}
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _choices(literal: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in get_args(literal))
+
+
+KEYS: tuple[Key, ...] = (
+    Key("np", "int", low=1, nullable=True),
+    Key("hosts", "hosts", nullable=True),
+    Key("hostfile", "path", nullable=True),
+    Key("oversubscribe", "bool"),
+    Key("accelerator", "choice", choices=_choices(Accelerator)),
+    Key("devices", "devices", nullable=True),
+    Key("launcher", "choice", choices=("local", "ssh", "mpi"), nullable=True),
+    Key("env", "env", in_environ=False),
+    Key("forward_env", "names", in_environ=False),
+    Key("bind_to", "choice", choices=_choices(BindTo)),
+    Key("map_by", "choice", choices=_choices(MapBy)),
+    Key("report_bindings", "bool"),
+    Key("output_dir", "str", nullable=True),
+    Key("show_ranks", "ranks", nullable=True, in_profile=False, in_environ=False),
+    Key("grace_seconds", "float", low=0),
+    Key("workdir", "str", nullable=True),
+    Key("ssh.user", "str", nullable=True),
+    Key("ssh.port", "int", low=1, high=65535, nullable=True),
+    Key("ssh.identity_file", "path", nullable=True),
+    Key("ssh.host_key_policy", "choice", choices=_choices(HostKeyPolicy)),
+    Key("ssh.python", "str", nullable=True),
+    Key("ssh.timeout", "float", low=0, above=True),
+    Key("ssh.config_file", "path", nullable=True),
+    Key("ssh.known_hosts", "path", nullable=True),
+    Key("mpi.mpirun", "str"),
+    Key("mpi.args", "args"),
+    Key("mpi.network_interface", "str", nullable=True),
+    Key("runtime.backend", "choice", choices=("mpi", "tcp"), nullable=True),
+    Key("runtime.fusion_threshold_mb", "float", low=0),
+    Key("runtime.cycle_time_ms", "float", low=0, above=True),
+    Key("runtime.timeline", "str", nullable=True),
+    Key("runtime.timeline_mark_cycles", "bool"),
+    Key("runtime.stall_check_warning_seconds", "float", low=0),
+    Key("runtime.stall_check_shutdown_seconds", "float", low=0),
+    Key("runtime.timeout_seconds", "float", low=0, above=True),
+)
+
+KEYS_BY_PATH: dict[str, Key] = {key.path: key for key in KEYS}
+
+# The keys of one host given as a mapping in a profile's ``hosts`` list.
+HOST_KEYS: dict[str, Key] = {
+    key.path: key
+    for key in (
+        Key("name", "str"),
+        Key("slots", "int", low=1),
+        Key("devices", "devices"),
+        Key("user", "str"),
+        Key("port", "int", low=1, high=65535),
+        Key("python", "str"),
+        Key("max_slots", "int", low=1),
+    )
+}

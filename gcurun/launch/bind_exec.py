@@ -1,0 +1,51 @@
+"""Pin this process to a CPU set, then become the rank's command.
+
+The fallback for hosts without numactl, run by file path so it needs neither gcurun on
+``sys.path`` nor anything beyond the standard library::
+
+    python bind_exec.py --cpus 0,1,2,3 -- python train.py
+
+The affinity is set before ``exec``, so every thread the command starts inherits it.
+Memory placement is left to the kernel's first-touch policy (numactl does --membind).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def exec_bound(cpus: set[int], argv: list[str]) -> None:
+    """sched_setaffinity to ``cpus``, then exec ``argv``; returns only by exiting."""
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as exc:
+        sys.stderr.write(f"gcurun: cannot bind to CPUs {sorted(cpus)}: {exc.strerror}; "
+                         "they must be online and allowed to this process\n")
+        sys.exit(126)
+    for name in ("SIGPIPE", "SIGXFSZ"):   # Python ignores them; exec would keep that
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        sys.stderr.write(f"gcurun: cannot run {argv[0]!r}: {exc.strerror}\n")
+        sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
+
+
+def main(args: list[str]) -> None:
+    if len(args) < 4 or args[0] != "--cpus" or args[2] != "--":
+        sys.stderr.write("usage: bind_exec.py --cpus N[,N...] -- COMMAND [ARG...]\n")
+        sys.exit(2)
+    try:
+        cpus = {int(c) for c in args[1].split(",")}
+    except ValueError:
+        sys.stderr.write(f"gcurun: --cpus {args[1]!r} is not a comma-separated list of "
+                         "CPU numbers, e.g. 0,1,2,3\n")
+        sys.exit(2)
+    exec_bound(cpus, args[3:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,342 @@
+"""The mpirun command of a plan, for each MPI flavour.
+
+Pure pieces: :func:`parse_mpirun_version` tells Open MPI 4 and 5, MPICH (Hydra) and
+Intel MPI apart from ``mpirun --version``; :func:`build_mpirun_command` turns a plan and
+settings into the exact argv (with the hostfile it names). The flavour is probed once
+with :func:`probe_mpi_flavour`.
+
+Every rank runs :mod:`gcurun.launch.mpi_shim` first, which turns the launcher's own
+variables into gcurun's rank environment; the job-wide part of the plan's environment
+travels on the command line (``-x``/``-genv``). Variables whose name marks a secret never
+do: their values go into mpirun's own environment and only their names are exported.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from gcurun.config.api import Settings, SSHSettings
+from gcurun.errors import LaunchError, UsageError
+from gcurun.launch.api import LaunchPlan
+from gcurun.launch.environment import GCURUN_PREFIX, HOROVOD_PREFIX, RANK_FACTS
+
+MPIKind = Literal["openmpi", "mpich", "intel"]
+
+# Variables the shim computes on each rank; never exported job-wide.
+PER_RANK_VARIABLES = frozenset(
+    [GCURUN_PREFIX + f for f in RANK_FACTS] + [HOROVOD_PREFIX + f for f in RANK_FACTS]
+    + ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+       "OMP_NUM_THREADS"])
+_SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)", re.I)
+# Open MPI 4 and 5 both accept host:slots lists; longer lists go to a hostfile.
+MAX_INLINE_HOSTS = 8
+SHIM_MODULE = "gcurun.launch.mpi_shim"
+
+
+@dataclass(frozen=True)
+class MPIFlavour:
+    """Which mpirun this is; ``name`` is what gcurun's messages and tests call it."""
+
+    kind: MPIKind
+    version: str
+
+    @property
+    def major(self) -> int:
+        head = self.version.split(".")[0]
+        return int(head) if head.isdigit() else 0
+
+    @property
+    def name(self) -> str:
+        return f"openmpi{self.major}" if self.kind == "openmpi" else self.kind
+
+
+@dataclass(frozen=True)
+class MpirunCommand:
+    """What to run: ``argv``, the text of the hostfile it names (None without one), and
+    variables for mpirun's own environment (secret values; never shown)."""
+
+    argv: tuple[str, ...]
+    hostfile: str | None = None
+    hostfile_path: str | None = None
+    env: Mapping[str, str] | None = None
+
+
+def parse_mpirun_version(text: str) -> MPIFlavour:
+    """The flavour that printed ``text`` (the output of ``mpirun --version``).
+
+    Raises LaunchError for anything else, quoting its first line.
+    """
+    intel = re.search(r"Intel\(R\) MPI Library.*?Version\s+([\w.]+)", text)
+    if intel:
+        return MPIFlavour("intel", intel.group(1))
+    ompi = re.search(r"\((?:Open MPI|OpenRTE)\)\s+(\d[\w.]*)", text)
+    if ompi:
+        return MPIFlavour("openmpi", ompi.group(1))
+    hydra = re.search(r"HYDRA build details:.*?Version:\s+(\S+)", text, re.S)
+    if hydra:
+        return MPIFlavour("mpich", hydra.group(1))
+    first = text.strip().splitlines()[0] if text.strip() else "(nothing)"
+    raise LaunchError(f"mpirun --version printed {first!r}, which is not Open MPI, MPICH "
+                      "(Hydra) or Intel MPI; point --mpirun at one of those")
+
+
+def probe_mpi_flavour(mpirun: str = "mpirun", timeout: float = 30.0) -> MPIFlavour:
+    """Run ``mpirun --version`` and parse it. Raises LaunchError when it cannot run."""
+    try:
+        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
+                             timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise LaunchError(f"mpirun '{mpirun}' was not found; install Open MPI, MPICH or "
+                          "Intel MPI, or give its path with --mpirun") from None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(f"'{mpirun} --version' failed: {exc}") from exc
+    return parse_mpirun_version(out.stdout + out.stderr)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable's value must stay off command lines (GCURUN_SECRET, *_TOKEN,
+    *PASSWORD*, *_KEY ...)."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def parse_network_interface(text: str) -> tuple[Literal["name", "cidr"], str]:
+    """``eth0`` -> ('name', 'eth0'); ``10.0.0.7/24`` -> ('cidr', '10.0.0.0/24').
+    Raises UsageError for anything else."""
+    value = text.strip()
+    if "/" in value:
+        try:
+            return "cidr", str(ipaddress.ip_network(value, strict=False))
+        except ValueError:
+            raise UsageError(f"--network-interface '{text}': not a valid network; "
+                             "write a CIDR like 10.0.0.0/24 or an interface name") from None
+    if not re.fullmatch(r"[A-Za-z0-9_.@:-]{1,15}", value):
+        raise UsageError(f"--network-interface '{text}': not an interface name (1-15 "
+                         "letters, digits, '_.-@:'); write eth0 or a CIDR like 10.0.0.0/24")
+    return "name", value
+
+
+def interface_for(cidr: str, interfaces: Mapping[str, tuple[str, ...]]) -> str:
+    """The name of the interface (of ``interfaces``: name -> addresses) inside ``cidr``.
+    Raises UsageError when none is."""
+    network = ipaddress.ip_network(cidr)
+    for name, addresses in sorted(interfaces.items()):
+        for address in addresses:
+            try:
+                if ipaddress.ip_address(address.split("%")[0]) in network:
+                    return name
+            except ValueError:
+                continue
+    listed = ", ".join(f"{n} ({', '.join(a)})" for n, a in sorted(interfaces.items()))
+    raise UsageError(f"--network-interface {cidr}: no interface of this host has an "
+                     f"address in it (found: {listed or 'none'}); MPICH and Intel MPI need "
+                     "an interface name, so give one")
+
+
+def ssh_agent_args(settings: Settings) -> list[str]:
+    """The ssh options that carry gcurun's SSH settings to mpirun's own ssh launches
+    (config file, identity, port, user, host-key policy). Settings left at their
+    defaults add nothing, so ssh's own defaults (~/.ssh/config) apply."""
+    ssh, default = settings.ssh, SSHSettings()
+    args: list[str] = []
+    if ssh.config_file and ssh.config_file != default.config_file:
+        args += ["-F", ssh.config_file]
+    if ssh.identity_file:
+        args += ["-i", ssh.identity_file]
+    if ssh.port:
+        args += ["-p", str(ssh.port)]
+    if ssh.user:
+        args += ["-l", ssh.user]
+    if ssh.known_hosts:
+        args += ["-o", f"UserKnownHostsFile={ssh.known_hosts}"]
+    if ssh.host_key_policy == "accept-new":
+        args += ["-o", "StrictHostKeyChecking=accept-new"]
+    elif ssh.host_key_policy == "off":
+        args += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    return args
+
+
+def _check_hosts(plan: LaunchPlan) -> None:
+    for host in plan.hosts:
+        if host.user or host.port:
+            raise LaunchError(f"host '{host.display}' has its own user or port, which mpirun "
+                              "cannot take per host; put them in an ssh config Host entry "
+                              "(--ssh-config) or use the ssh launcher")
+
+
+def job_environment(plan: LaunchPlan) -> dict[str, str]:
+    """The variables every rank of the plan gets with one value (the per-rank ones the
+    shim computes are left out). Raises LaunchError for a variable that differs between
+    ranks and is not the shim's, since mpirun gives all ranks one environment."""
+    envs = [r.env for r in plan.ranks]
+    skip = PER_RANK_VARIABLES | ({plan.device_var} if plan.device_var else set())
+    common: dict[str, str] = {}
+    for name in sorted({n for env in envs for n in env} - skip):
+        values = {env.get(name) for env in envs}
+        if len(values) != 1 or None in values:
+            raise LaunchError(f"variable {name} differs between ranks, but mpirun gives "
+                              "every rank one environment; set it the same everywhere or "
+                              "use the ssh launcher")
+        common[name] = envs[0][name]
+    return common
+
+
+def layout_environment(plan: LaunchPlan, settings: Settings) -> dict[str, str]:
+    """What the rank shim needs to rebuild each rank's identity: the host layout (host
+    names and ranks per host, in rank order), devices per host, the device variable and
+    the binding (so OMP_NUM_THREADS follows the CPUs mpirun gave)."""
+    hosts = list(dict.fromkeys(r.host for r in plan.ranks))
+    env = {
+        "GCURUN_MPI_HOSTS": ",".join(hosts),
+        "GCURUN_MPI_SLOTS": ",".join(str(len(plan.ranks_on(h))) for h in hosts),
+        "GCURUN_BIND_TO": settings.bind_to,
+    }
+    if plan.device_var:
+        env["GCURUN_DEVICE_VAR"] = plan.device_var
+        env["GCURUN_DEVICES"] = ";".join(
+            ",".join(r.device or "" for r in plan.ranks_on(h)) for h in hosts)
+    return env
+
+
+def host_lines(plan: LaunchPlan) -> list[tuple[str, int]]:
+    """(host, ranks there) in rank order."""
+    hosts = list(dict.fromkeys(r.host for r in plan.ranks))
+    return [(h, len(plan.ranks_on(h))) for h in hosts]
+
+
+def hostfile_text(plan: LaunchPlan, flavour: MPIFlavour) -> str:
+    """``host slots=N`` lines for Open MPI, ``host:N`` for Hydra (MPICH, Intel MPI)."""
+    lines = host_lines(plan)
+    if flavour.kind == "openmpi":
+        return "".join(f"{h} slots={n}\n" for h, n in lines)
+    ipv6 = [h for h, _ in lines if ":" in h]
+    if ipv6:
+        raise LaunchError(f"host '{ipv6[0]}': {flavour.name} hostfiles write host:N, which "
+                          "an IPv6 address cannot take; name the host by a hostname")
+    return "".join(f"{h}:{n}\n" for h, n in lines)
+
+
+def build_mpirun_command(
+    plan: LaunchPlan,
+    settings: Settings,
+    flavour: MPIFlavour,
+    *,
+    is_root: bool,
+    python: str,
+    hostfile_path: str = "gcurun-hostfile",
+    secrets: Mapping[str, str] | None = None,
+    interfaces: Mapping[str, tuple[str, ...]] | None = None,
+    launcher_env: Mapping[str, str] | None = None,
+) -> MpirunCommand:
+    """The mpirun invocation that runs ``plan``.
+
+    ``python`` is the interpreter that runs the rank shim on every host; ``secrets`` are
+    extra variables (the job secret) delivered by name only; ``interfaces`` (name ->
+    addresses on this host) turns a CIDR into an interface name for Hydra flavours.
+    ``launcher_env`` is gcurun's own environment: its PYTHONPATH is exported by name to
+    Open MPI's remote ranks so the shim imports there (Hydra exports everything already).
+    """
+    if len({r.argv for r in plan.ranks}) != 1:
+        raise LaunchError("ranks of this plan run different commands, but mpirun starts "
+                          "one command everywhere; use the local or ssh launcher")
+    _check_hosts(plan)
+    job_env = job_environment(plan)
+    secret_env = {n: v for n, v in job_env.items() if is_secret_name(n)}
+    secret_env.update(secrets or {})
+    public_env = {n: v for n, v in job_env.items() if n not in secret_env}
+    public_env.update(layout_environment(plan, settings))
+    names = sorted(secret_env)
+    if flavour.kind == "openmpi" and "PYTHONPATH" in (launcher_env or {}) \
+            and "PYTHONPATH" not in job_env:
+        names.append("PYTHONPATH")
+    builder = _openmpi_args if flavour.kind == "openmpi" else _hydra_args
+    args, hostfile = builder(plan, settings, flavour, public_env, names,
+                             is_root=is_root, hostfile_path=hostfile_path,
+                             interfaces=interfaces or {})
+    argv = (settings.mpi.mpirun, *args, *settings.mpi.args,
+            python, "-m", SHIM_MODULE, "--", *plan.ranks[0].argv)
+    return MpirunCommand(argv=tuple(argv), hostfile=hostfile,
+                         hostfile_path=hostfile_path if hostfile is not None else None,
+                         env=secret_env)
+
+
+def _openmpi_args(plan: LaunchPlan, settings: Settings, flavour: MPIFlavour,
+                  env: Mapping[str, str], exported: list[str], *, is_root: bool,
+                  hostfile_path: str, interfaces: Mapping[str, tuple[str, ...]],
+                  ) -> tuple[list[str], str | None]:
+    five = flavour.major >= 5
+    args = ["--allow-run-as-root"] if is_root else []
+    args += ["-np", str(plan.size)]
+    lines = host_lines(plan)
+    hostfile = None
+    if len(lines) > MAX_INLINE_HOSTS or any(":" in h for h, _ in lines):
+        hostfile = hostfile_text(plan, flavour)
+        args += ["--hostfile", hostfile_path]
+    else:
+        args += ["-H", ",".join(f"{h}:{n}" for h, n in lines)]
+    package = "package" if five else "socket"
+    mapping = {"slot": "slot", "numa": "numa", "socket": package}[settings.map_by]
+    if settings.oversubscribe and five:
+        mapping += ":OVERSUBSCRIBE"
+    binding = {"none": "none", "core": "core", "socket": package,
+               "numa": "numa"}[settings.bind_to]
+    if settings.oversubscribe and binding != "none":
+        binding += ":overload-allowed"
+    args += ["--map-by", mapping, "--bind-to", binding]
+    if settings.oversubscribe and not five:
+        args.append("--oversubscribe")
+    args += ["--output", "tag"] if five else ["--tag-output"]
+    if settings.report_bindings:
+        args += ["--display", "bindings"] if five else ["--report-bindings"]
+    if settings.mpi.network_interface:
+        _, value = parse_network_interface(settings.mpi.network_interface)
+        args += ["--mca", "btl_tcp_if_include", value,
+                 "--prtemca" if five else "--mca", "oob_tcp_if_include", value]
+    ssh_args = ssh_agent_args(settings)
+    if ssh_args:
+        args += ["--prtemca", "plm_ssh_args"] if five else ["--mca", "plm_rsh_args"]
+        args.append(shlex.join(ssh_args))
+    args += ["--wdir", plan.workdir]
+    for name, value in sorted(env.items()):
+        args += ["-x", f"{name}={value}"]
+    for name in exported:
+        args += ["-x", name]
+    return args, hostfile
+
+
+def _hydra_args(plan: LaunchPlan, settings: Settings, flavour: MPIFlavour,
+                env: Mapping[str, str], exported: list[str], *, is_root: bool,
+                hostfile_path: str, interfaces: Mapping[str, tuple[str, ...]],
+                ) -> tuple[list[str], str | None]:
+    intel = flavour.kind == "intel"
+    args = ["-n", str(plan.size), "-machinefile" if intel else "-f", hostfile_path]
+    pin_env: dict[str, str] = {}
+    if intel:
+        pin_env["I_MPI_PIN"] = "0" if settings.bind_to == "none" else "1"
+        if settings.bind_to != "none":
+            pin_env["I_MPI_PIN_DOMAIN"] = settings.bind_to
+            pin_env["I_MPI_PIN_ORDER"] = "compact" if settings.map_by == "slot" else "scatter"
+        if settings.report_bindings:
+            pin_env["I_MPI_DEBUG"] = "4"
+    else:
+        args += ["-bind-to", settings.bind_to]
+        if settings.map_by != "slot":
+            args += ["-map-by", settings.map_by]
+    args.append("-prepend-rank")
+    if settings.mpi.network_interface:
+        kind, value = parse_network_interface(settings.mpi.network_interface)
+        args += ["-iface", value if kind == "name" else interface_for(value, interfaces)]
+    ssh_args = ssh_agent_args(settings)
+    if ssh_args:
+        args += ["-bootstrap-exec-args", shlex.join(ssh_args)]
+    args += ["-wdir", plan.workdir]
+    for name, value in sorted({**env, **pin_env}.items()):
+        args += ["-genv", name, value]
+    if exported:
+        args += ["-genvlist", ",".join(exported)]
+    return args, hostfile_text(plan, flavour)

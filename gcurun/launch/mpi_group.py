@@ -1,0 +1,287 @@
+"""The MPI executor: mpirun as one child of gcurun, in its own session.
+
+mpirun tags each line of rank output with the rank, so the output is split back into
+per-rank events and the supervisor prefixes, filters and logs it as in the other modes.
+mpirun's own messages (untagged) go to ``notice``. mpirun reports only one exit status;
+when it fails, its message names the first failing rank and how it ended
+(:func:`parse_mpirun_failure`); that rank becomes the root cause and every other rank is
+reported as stopped by SIGTERM, which is what mpirun does to them.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import IO
+
+from gcurun.config.api import Settings
+from gcurun.errors import LaunchError
+from gcurun.launch.api import Event, ExitEvent, LaunchPlan, OutputEvent, Stream
+from gcurun.launch.mpi import MPIFlavour, MpirunCommand, build_mpirun_command
+from gcurun.launch.process import stop_processes
+
+_OMPI_TAG = re.compile(rb"^\[[^\]]*?,(\d+)\]<(stdout|stderr|stddiag)>:")
+_HYDRA_TAG = re.compile(rb"^\[(\d+)\] ")
+_OMPI_EXIT = re.compile(r"Process name:\s*(\S+)\s*\n\s*Exit code:\s*(-?\d+)")
+_OMPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on\s+"
+                          r"signal (\d+)")
+_HYDRA_END = re.compile(r"RANK (\d+) PID \d+ RUNNING AT \S+\s*\n[=\s]*"
+                        r"(?:EXIT CODE: (\d+)|KILLED BY SIGNAL: (\d+))")
+# Output lines of mpirun itself kept for the failure report.
+_NOTICE_LINES = 40
+
+
+@dataclass(frozen=True)
+class MpirunFailure:
+    """The first failing rank as mpirun reported it: exactly one of the two is set."""
+
+    rank: int
+    exit_code: int | None = None
+    signal: int | None = None
+
+
+def parse_tagged_line(line: bytes, flavour: MPIFlavour,
+                      stream: Stream) -> tuple[int | None, Stream, bytes]:
+    """(rank, stream, text) of one output line of mpirun; rank None for mpirun's own.
+
+    Open MPI tags ``[job,rank]<stdout>:`` (Open MPI 5 adds a space), Hydra ``[rank] ``.
+    """
+    if flavour.kind == "openmpi":
+        match = _OMPI_TAG.match(line)
+        if match:
+            rest = line[match.end():]
+            if flavour.major >= 5 and rest.startswith(b" "):
+                rest = rest[1:]
+            tagged: Stream = "stdout" if match.group(2) == b"stdout" else "stderr"
+            return int(match.group(1)), tagged, rest
+        return None, stream, line
+    match = _HYDRA_TAG.match(line)
+    if match:
+        return int(match.group(1)), stream, line[match.end():]
+    return None, stream, line
+
+
+def parse_mpirun_failure(text: str) -> MpirunFailure | None:
+    """The first failing rank named in mpirun's messages (Open MPI 4/5, Hydra)."""
+    found: list[tuple[int, MpirunFailure]] = []
+    for m in _OMPI_EXIT.finditer(text):
+        found.append((m.start(), MpirunFailure(int(re.findall(r"\d+", m.group(1))[-1]),
+                                               exit_code=int(m.group(2)))))
+    for m in _OMPI_SIGNAL.finditer(text):
+        found.append((m.start(), MpirunFailure(int(m.group(1)), signal=int(m.group(2)))))
+    for m in _HYDRA_END.finditer(text):
+        code, sig = m.group(2), m.group(3)
+        found.append((m.start(), MpirunFailure(
+            int(m.group(1)), exit_code=int(code) if code else None,
+            signal=int(sig) if sig else None)))
+    return min(found, key=lambda item: item[0])[1] if found else None
+
+
+def default_notice(line: str) -> None:
+    sys.stderr.write(f"[mpirun] {line}")
+    sys.stderr.flush()
+
+
+class MpiRankGroup:
+    """Every rank of a plan, started by one mpirun."""
+
+    def __init__(self, plan: LaunchPlan, command: MpirunCommand, flavour: MPIFlavour, *,
+                 base_env: Mapping[str, str] | None = None,
+                 notice: Callable[[str], None] = default_notice,
+                 cleanup_dir: str | None = None, grace_seconds: float = 10.0) -> None:
+        self._ranks = [r.rank for r in plan.ranks]
+        self._command = command
+        self._flavour = flavour
+        self._workdir = plan.workdir
+        self._env = {**(os.environ if base_env is None else base_env), **(command.env or {})}
+        self._notice = notice
+        self._cleanup_dir = cleanup_dir
+        self._grace = grace_seconds
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._messages: list[str] = []
+        self._lock = threading.Lock()
+
+    def start(self, events: queue.Queue[Event]) -> None:
+        """Write the hostfile and start mpirun. Raises LaunchError when it cannot run."""
+        if self._command.hostfile is not None and self._command.hostfile_path:
+            with open(self._command.hostfile_path, "w", encoding="utf-8") as fh:
+                fh.write(self._command.hostfile)
+        argv = list(self._command.argv)
+        if shutil.which(argv[0], path=self._env.get("PATH")) is None:
+            self._remove_files()
+            raise LaunchError(f"cannot run '{argv[0]}': not found on PATH; install MPI or "
+                              "give mpirun's path with --mpirun")
+        try:
+            proc = subprocess.Popen(guarded(argv, self._grace), env=self._env,
+                                    cwd=self._workdir, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+        except OSError as exc:
+            self._remove_files()
+            raise LaunchError(f"cannot run '{argv[0]}': {exc.strerror or exc}; install MPI "
+                              "or give mpirun's path with --mpirun") from exc
+        with self._lock:
+            self._proc = proc
+        readers = [threading.Thread(target=self._pump, args=(pipe, name, events),
+                                    daemon=True, name=f"mpirun-{name}")
+                   for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
+        for t in readers:
+            t.start()
+        threading.Thread(target=self._wait, args=(proc, readers, events), daemon=True,
+                         name="mpirun-wait").start()
+
+    def terminate(self, grace_seconds: float) -> None:
+        """SIGTERM to mpirun (which stops every rank on every host) and to every process
+        group left in the job's session on this host; SIGKILL to whatever is left at the
+        deadline. mpirun signals only the ranks themselves, so this is what stops a
+        rank's own children, even after mpirun has exited. (If gcurun itself dies, the
+        guard mpirun runs under does the same.)"""
+        with self._lock:
+            proc = self._proc
+        if proc is None:
+            return
+        groups = session_groups(proc.pid)
+        if proc.poll() is None:
+            groups.add(proc.pid)
+        if groups:
+            stop_processes(sorted(groups), grace_seconds)
+
+    def pids(self) -> dict[int, int]:
+        """Every rank maps to the pid of the guard that runs mpirun: the one process
+        gcurun owns (it leads the job's session)."""
+        with self._lock:
+            return {r: self._proc.pid for r in self._ranks} if self._proc else {}
+
+    def _pump(self, pipe: IO[bytes], stream: Stream, events: queue.Queue[Event]) -> None:
+        try:
+            for line in iter(pipe.readline, b""):
+                rank, tagged, text = parse_tagged_line(line, self._flavour, stream)
+                if rank is not None and rank in self._ranks:
+                    events.put(OutputEvent(rank, tagged, text))
+                else:
+                    self._launcher_line(line.decode("utf-8", "replace"))
+        except (OSError, ValueError):
+            pass
+        finally:
+            pipe.close()
+
+    def _launcher_line(self, text: str) -> None:
+        with self._lock:
+            self._messages.append(text)
+            del self._messages[:-_NOTICE_LINES * 4]
+        self._notice(text if text.endswith("\n") else text + "\n")
+
+    def _wait(self, proc: subprocess.Popen[bytes], readers: list[threading.Thread],
+              events: queue.Queue[Event]) -> None:
+        code = proc.wait()
+        for t in readers:
+            t.join()
+        self._remove_files()
+        for rank in self._ranks:
+            for stream in ("stdout", "stderr"):
+                events.put(OutputEvent(rank, stream, b""))   # type: ignore[arg-type]
+        for event in self._exit_events(code):
+            events.put(event)
+
+    def _exit_events(self, code: int) -> list[ExitEvent]:
+        if code == 0:
+            return [ExitEvent(r, exit_code=0) for r in self._ranks]
+        if code < 0:
+            return [ExitEvent(r, exit_code=None, signal=-code) for r in self._ranks]
+        with self._lock:
+            text = "".join(self._messages)
+        failure = parse_mpirun_failure(text)
+        summary = " ".join(line.strip() for line in text.splitlines()
+                           if line.strip() and not line.startswith("---"))[-2000:]
+        if failure is None or failure.rank not in self._ranks:
+            first = self._ranks[0]
+            why = f"mpirun exited with code {code}" + (f": {summary}" if summary else "")
+            return [ExitEvent(first, exit_code=code, error_text=why)] + [
+                ExitEvent(r, exit_code=code, error_text="mpirun ended the job")
+                for r in self._ranks[1:]]
+        first_event = ExitEvent(failure.rank, exit_code=failure.exit_code,
+                                signal=failure.signal,
+                                error_text="mpirun reported it as the first rank to fail")
+        stopped = f"stopped by mpirun after rank {failure.rank} failed"
+        return [first_event] + [ExitEvent(r, exit_code=None, signal=int(signal.SIGTERM),
+                                          error_text=stopped)
+                                for r in self._ranks if r != failure.rank]
+
+    def _remove_files(self) -> None:
+        if self._cleanup_dir:
+            shutil.rmtree(self._cleanup_dir, ignore_errors=True)
+
+
+def guarded(argv: list[str], grace_seconds: float) -> list[str]:
+    """``argv`` run under :mod:`gcurun.launch.mpi_guard` (by file path, this interpreter)."""
+    from gcurun.launch import mpi_guard
+
+    return [sys.executable, os.path.abspath(mpi_guard.__file__), str(grace_seconds), "--",
+            *argv]
+
+
+def session_groups(sid: int) -> set[int]:
+    """The process groups of the live processes in session ``sid``."""
+    import psutil
+
+    groups = set()
+    for proc in psutil.process_iter(["pid", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            if os.getsid(proc.info["pid"]) == sid:
+                groups.add(os.getpgid(proc.info["pid"]))
+        except OSError:
+            continue
+    return groups
+
+
+def local_interfaces() -> dict[str, tuple[str, ...]]:
+    """This host's interfaces and their IP addresses (for --network-interface CIDR)."""
+    import socket
+
+    import psutil
+
+    return {name: tuple(a.address for a in addrs
+                        if a.family in (socket.AF_INET, socket.AF_INET6))
+            for name, addrs in psutil.net_if_addrs().items()}
+
+
+def mpi_command(plan: LaunchPlan, settings: Settings, *, secrets: Mapping[str, str],
+                hostfile_path: str, flavour: MPIFlavour | None = None,
+                environ: Mapping[str, str] | None = None) -> tuple[MpirunCommand, MPIFlavour]:
+    """The command (and probed flavour) for ``plan``: what --dry-run shows and runs."""
+    from gcurun.launch.mpi import probe_mpi_flavour
+
+    flavour = flavour or probe_mpi_flavour(settings.mpi.mpirun)
+    python = settings.ssh.python or sys.executable
+    interfaces = local_interfaces() if settings.mpi.network_interface and \
+        flavour.kind != "openmpi" else None
+    command = build_mpirun_command(
+        plan, settings, flavour, is_root=os.geteuid() == 0, python=python,
+        hostfile_path=hostfile_path, secrets=secrets, interfaces=interfaces,
+        launcher_env=os.environ if environ is None else environ)
+    return command, flavour
+
+
+def mpi_groups(plan: LaunchPlan, settings: Settings,
+               secrets: Mapping[str, str]) -> list[MpiRankGroup]:
+    """The rank groups of an MPI plan: one mpirun for every rank."""
+    tmp = tempfile.mkdtemp(prefix="gcurun-mpi-")
+    try:
+        command, flavour = mpi_command(plan, settings, secrets=secrets,
+                                       hostfile_path=os.path.join(tmp, "hostfile"))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [MpiRankGroup(plan, command, flavour, cleanup_dir=tmp,
+                         grace_seconds=settings.grace_seconds)]

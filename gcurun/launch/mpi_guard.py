@@ -1,0 +1,122 @@
+"""Keeps an mpirun job from outliving gcurun: ``python mpi_guard.py GRACE -- mpirun ...``.
+
+gcurun starts this guard as the leader of a new session and the guard starts mpirun in
+it, so every local process of the job (mpirun, its daemons, the ranks and whatever they
+start) carries that session id. When the guard is told to stop (SIGTERM, SIGINT, SIGHUP,
+or SIGTERM from the kernel because gcurun died: PR_SET_PDEATHSIG), it passes SIGTERM to
+mpirun, which stops the ranks on every host, and then stops every process group left in
+the session: SIGTERM, ``GRACE`` seconds, SIGKILL. mpirun alone would leave the ranks' own
+children behind, and it can miss ranks it was still launching.
+
+It exits with mpirun's status (re-raising the signal that killed mpirun). Standard library
+only; run by file path.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+_stopping: float | None = None     # monotonic time the stop was requested
+
+
+def _on_stop(signum: int, _frame: object) -> None:
+    global _stopping
+    if _stopping is None:
+        _stopping = time.monotonic()
+
+
+def _parent_death_signal() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass   # not Linux: gcurun's own terminate still stops the job
+
+
+def session_processes(sid: int) -> list[tuple[int, int]]:
+    """(pid, process group) of every live process in session ``sid`` but this one."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, pgrp, session = fields[0], int(fields[2]), int(fields[3])
+        if session == sid and state != "Z":
+            found.append((int(entry), pgrp))
+    return found
+
+
+def signal_session(sid: int, signum: int) -> bool:
+    """Send ``signum`` to every process group in the session (and to the members of the
+    guard's own group one by one). True when anything was still there."""
+    procs = session_processes(sid)
+    for pid, pgrp in procs:
+        try:
+            if pgrp == os.getpgrp():
+                os.kill(pid, signum)
+            else:
+                os.killpg(pgrp, signum)
+        except OSError:
+            continue
+    return bool(procs)
+
+
+def sweep(sid: int, deadline: float) -> None:
+    signal_session(sid, signal.SIGTERM)
+    while time.monotonic() < deadline:
+        if not session_processes(sid):
+            return
+        time.sleep(0.05)
+    signal_session(sid, signal.SIGKILL)
+
+
+def run(grace: float, argv: list[str]) -> int:
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _on_stop)
+    _parent_death_signal()
+    if os.getppid() == 1:
+        _on_stop(signal.SIGTERM, None)   # gcurun died before the guard was ready
+    try:
+        child = subprocess.Popen(argv)
+    except OSError as exc:
+        sys.stderr.write(f"gcurun: cannot run {argv[0]!r}: {exc.strerror or exc}\n")
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    forwarded = False
+    while True:
+        if _stopping is not None and not forwarded:
+            child.send_signal(signal.SIGTERM)
+            forwarded = True
+        try:
+            code = child.wait(timeout=0.05)
+            break
+        except subprocess.TimeoutExpired:
+            if _stopping is not None and time.monotonic() > _stopping + grace:
+                signal_session(os.getsid(0), signal.SIGKILL)
+    if _stopping is not None:
+        sweep(os.getsid(0), max(_stopping + grace, time.monotonic() + 0.5))
+    return code
+
+
+def main(args: list[str]) -> None:
+    if len(args) < 3 or args[1] != "--":
+        sys.stderr.write("usage: mpi_guard.py GRACE_SECONDS -- MPIRUN [ARG...]\n")
+        sys.exit(2)
+    code = run(float(args[0]), args[2:])
+    if code < 0:
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code if code >= 0 else 128 - code)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,205 @@
+"""The rank-side shim of MPI launches: ``python -m gcurun.launch.mpi_shim -- CMD ARGS...``.
+
+mpirun starts every rank with one environment. This shim runs first on each rank, reads
+who the rank is from the MPI launcher's variables, sets gcurun's rank environment
+(GCURUN_*, HOROVOD_*, torch's variables, the device variable; the same names the local
+and SSH launchers set) and execs the command, so ``bash run.sh`` and ``python train.py``
+both work. Standard library only; it imports nothing heavy.
+
+Identity sources, first match wins:
+
+* Open MPI: OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE
+* MPICH and Intel MPI (Hydra): PMI_RANK / PMI_SIZE / MPI_LOCALRANKID / MPI_LOCALNRANKS
+* Slurm (srun): SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / SLURM_NODEID, the local
+  size from SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE
+
+Rank, size, local rank and local size are exact in all three. The host index (GROUP_RANK)
+and Horovod's cross rank and size (the rank among ranks with the same local rank, and how
+many there are) are exact when gcurun's launcher passed its layout (GCURUN_MPI_SLOTS, ranks
+per host in rank order) and the launcher's placement agrees with it, which the shim checks
+rank by rank; under Slurm SLURM_NODEID is used. Otherwise they assume every host runs
+LOCAL_SIZE ranks in blocks (rank // local size), which is what mpirun's default by-slot
+mapping gives on equal hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gcurun.launch.environment import rank_environment
+
+EXIT_USAGE = 2
+_SOURCES = (
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+)
+
+
+class ShimError(Exception):
+    """The rank cannot be identified or given a device; the message says why."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    node_rank: int | None = None     # known exactly (Slurm) or None
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env[name])
+    except (KeyError, ValueError):
+        raise ShimError(f"{name}={env.get(name)!r} is not a number") from None
+
+
+def slurm_tasks_on_node(spec: str, node: int) -> int:
+    """Tasks on node ``node`` from Slurm's compressed list ``2(x3),1``."""
+    counts: list[int] = []
+    for part in spec.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not match:
+            raise ShimError(f"Slurm tasks-per-node list {spec!r} is not like 2(x3),1")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    if node >= len(counts):
+        raise ShimError(f"SLURM_NODEID={node} is past the tasks-per-node list {spec!r}")
+    return counts[node]
+
+
+def launcher_identity(env: Mapping[str, str]) -> Identity:
+    """Rank, size, local rank and local size from the MPI launcher's variables.
+    Raises ShimError when no launcher set them."""
+    for rank, size, local_rank, local_size in _SOURCES:
+        if rank in env:
+            return Identity(_int(env, rank), _int(env, size), _int(env, local_rank),
+                            _int(env, local_size))
+    if "SLURM_PROCID" in env:
+        node = _int(env, "SLURM_NODEID")
+        per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+        if per_node is None:
+            raise ShimError("SLURM_PROCID is set but SLURM_TASKS_PER_NODE is not")
+        size_name = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
+        return Identity(_int(env, "SLURM_PROCID"), _int(env, size_name),
+                        _int(env, "SLURM_LOCALID"), slurm_tasks_on_node(per_node, node), node)
+    raise ShimError("no MPI launcher variables (OMPI_COMM_WORLD_RANK, PMI_RANK or "
+                    "SLURM_PROCID) are set; start this under mpirun or srun")
+
+
+def _layout(env: Mapping[str, str]) -> list[int]:
+    text = env.get("GCURUN_MPI_SLOTS", "")
+    try:
+        return [int(n) for n in text.split(",")] if text else []
+    except ValueError:
+        raise ShimError(f"GCURUN_MPI_SLOTS={text!r} is not a list of numbers") from None
+
+
+def _place(ident: Identity, slots: list[int]) -> int | None:
+    """The host index of the rank when the layout agrees with the launcher, else None."""
+    if sum(slots) != ident.size:
+        return None
+    start = 0
+    for node, count in enumerate(slots):
+        if ident.rank < start + count:
+            exact = ident.local_rank == ident.rank - start and ident.local_size == count
+            return node if exact else None
+        start += count
+    return None
+
+
+def _device(env: Mapping[str, str], node: int | None, local_rank: int) -> str | None:
+    if not env.get("GCURUN_DEVICE_VAR"):
+        return None
+    text = env.get("GCURUN_DEVICES")
+    if text is None:
+        return str(local_rank)
+    per_host = [[d for d in part.split(",") if d] for part in text.split(";")]
+    if node is not None and node < len(per_host):
+        devices = per_host[node]
+    elif all(p == per_host[0] for p in per_host):
+        devices = per_host[0]
+    else:
+        raise ShimError(f"this rank's host is unknown and hosts list different devices "
+                        f"(GCURUN_DEVICES={text!r}); keep mpirun's default by-slot mapping")
+    if local_rank >= len(devices):
+        raise ShimError(f"local rank {local_rank} has no device: its host lists "
+                        f"{len(devices)} ({','.join(devices) or 'none'}); give each host "
+                        "at least as many devices as ranks")
+    return devices[local_rank]
+
+
+def shim_environment(env: Mapping[str, str], hostname: str,
+                     cpu_count: int | None = None) -> dict[str, str]:
+    """The variables to set for this rank, from the launcher's and gcurun's variables.
+
+    ``cpu_count`` is the number of CPUs mpirun bound the rank to; it becomes
+    OMP_NUM_THREADS when gcurun asked for a binding and the user did not set it.
+    Raises ShimError when the rank cannot be identified or has no device.
+    """
+    ident = launcher_identity(env)
+    slots = _layout(env)
+    placed = _place(ident, slots) if slots else None
+    exact = placed if placed is not None else ident.node_rank
+    hosts = [h for h in env.get("GCURUN_MPI_HOSTS", "").split(",") if h]
+    if placed is not None:
+        node = placed
+        cross_rank = sum(1 for n in slots[:node] if n > ident.local_rank)
+        cross_size = sum(1 for n in slots if n > ident.local_rank)
+        name = hosts[node] if node < len(hosts) else hostname
+    else:
+        node = exact if exact is not None else ident.rank // max(ident.local_size, 1)
+        cross_rank, name = node, hostname
+        cross_size = -(-ident.size // max(ident.local_size, 1))
+    out = rank_environment(
+        rank=ident.rank, size=ident.size, local_rank=ident.local_rank,
+        local_size=ident.local_size, cross_rank=cross_rank, cross_size=cross_size,
+        node_rank=node, hostname=name, master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+        master_port=int(env.get("MASTER_PORT", "29500")),
+        device_var=env.get("GCURUN_DEVICE_VAR") or None,
+        device=_device(env, exact, ident.local_rank))
+    if env.get("GCURUN_BIND_TO", "none") != "none" and "OMP_NUM_THREADS" not in env \
+            and cpu_count:
+        out["OMP_NUM_THREADS"] = str(cpu_count)
+    return out
+
+
+def restore_signals() -> None:
+    """Undo what Python (and mpirun's launcher) set up before exec: Python ignores SIGPIPE
+    and SIGXFSZ, and exec keeps ignored signals ignored, which would break pipelines
+    like ``yes | head`` in the rank's command."""
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
+def main(argv: list[str]) -> None:
+    """Set the rank environment and exec ``argv`` (after ``--``); exits on errors."""
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        sys.stderr.write("usage: python -m gcurun.launch.mpi_shim -- COMMAND [ARG...]\n")
+        sys.exit(EXIT_USAGE)
+    try:
+        os.environ.update(shim_environment(os.environ, socket.gethostname(),
+                                           len(os.sched_getaffinity(0))))
+    except ShimError as exc:
+        sys.stderr.write(f"gcurun mpi shim: {exc}\n")
+        sys.exit(EXIT_USAGE)
+    restore_signals()
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        sys.stderr.write(f"gcurun mpi shim: cannot run {argv[0]!r}: {exc.strerror}\n")
+        sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,13 @@
+"""Suite-wide setup: every process the tests start can import this checkout's gcurun,
+whether or not it is pip-installed (ranks, the MPI shim and the SSH bootstrap run
+``python -m gcurun...``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+_paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+if ROOT not in _paths:
+    os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *_paths])

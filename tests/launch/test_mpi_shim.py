@@ -1,0 +1,170 @@
+"""The rank-side shim rebuilds, from MPI launcher variables, the exact environment the
+plan gives each rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gcurun.config.api import Settings
+from gcurun.hosts.api import HostSpec
+from gcurun.launch.mpi import job_environment, layout_environment
+from gcurun.launch.mpi_shim import (
+    ShimError,
+    launcher_identity,
+    shim_environment,
+    slurm_tasks_on_node,
+)
+from gcurun.launch.plan import build_plan
+from tests.helpers import ROOT
+
+HOSTS = (HostSpec("a", slots=4), HostSpec("b", slots=2, devices=("4", "5")),
+         HostSpec("c", slots=3))
+
+
+def plan_for(hosts=HOSTS, **kw):
+    return build_plan(hosts, ["python", "train.py"], master_addr="a", master_port=29555,
+                      launcher="mpi", job_env={"FOO": "bar"}, **kw)
+
+
+def ompi_vars(rank, size, local_rank, local_size):
+    return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(size),
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(local_rank),
+            "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size)}
+
+
+def hydra_vars(rank, size, local_rank, local_size):
+    return {"PMI_RANK": str(rank), "PMI_SIZE": str(size), "MPI_LOCALRANKID": str(local_rank),
+            "MPI_LOCALNRANKS": str(local_size)}
+
+
+@pytest.mark.parametrize("launcher_vars", [ompi_vars, hydra_vars])
+def test_shim_reproduces_the_plan_environment_of_every_rank(launcher_vars):
+    plan = plan_for()
+    mpirun_env = {**job_environment(plan), **layout_environment(plan, Settings())}
+    for r in plan.ranks:
+        env = {**mpirun_env, **launcher_vars(r.rank, plan.size, r.local_rank, r.local_size)}
+        got = shim_environment(env, hostname="ignored-when-layout-matches")
+        assert {**mpirun_env, **got} == {**r.env, **mpirun_env}, f"rank {r.rank}"
+        assert got["TOPS_VISIBLE_DEVICES"] == r.device
+
+
+def test_layout_cross_ranks_are_horovods():
+    plan = plan_for()
+    mpirun_env = layout_environment(plan, Settings())
+    env = {**mpirun_env, **ompi_vars(8, 9, 2, 3)}     # c's local rank 2; b has only 2
+    got = shim_environment(env, "c")
+    assert (got["GCURUN_CROSS_RANK"], got["GCURUN_CROSS_SIZE"], got["GROUP_RANK"]) == \
+        ("1", "2", "2")
+    assert got["HOROVOD_HOSTNAME"] == "c" and got["TOPS_VISIBLE_DEVICES"] == "2"
+
+
+def test_without_layout_equal_blocks_are_assumed():
+    got = shim_environment({**ompi_vars(5, 8, 1, 4), "MASTER_ADDR": "h0",
+                            "MASTER_PORT": "1234"}, "node9")
+    assert got["GCURUN_CROSS_RANK"] == "1" and got["GCURUN_CROSS_SIZE"] == "2"
+    assert got["GROUP_RANK"] == "1" and got["GCURUN_HOSTNAME"] == "node9"
+    assert got["MASTER_ADDR"] == "h0" and got["MASTER_PORT"] == "1234"
+    assert "TOPS_VISIBLE_DEVICES" not in got
+
+
+def test_placement_that_disagrees_with_the_layout_falls_back():
+    # mpirun mapped round robin by node: rank 1 is local rank 0 of the second host.
+    env = {"GCURUN_MPI_SLOTS": "2,2", "GCURUN_MPI_HOSTS": "a,b", **ompi_vars(1, 4, 0, 2),
+           "GCURUN_DEVICE_VAR": "TOPS_VISIBLE_DEVICES", "GCURUN_DEVICES": "0,1;0,1"}
+    got = shim_environment(env, "real-b")
+    assert got["GCURUN_HOSTNAME"] == "real-b" and got["TOPS_VISIBLE_DEVICES"] == "0"
+
+
+def test_unknown_host_with_different_device_lists_is_an_error():
+    env = {"GCURUN_MPI_SLOTS": "2,2", **ompi_vars(1, 4, 0, 2),
+           "GCURUN_DEVICE_VAR": "TOPS_VISIBLE_DEVICES", "GCURUN_DEVICES": "0,1;2,3"}
+    with pytest.raises(ShimError, match="hosts list different devices"):
+        shim_environment(env, "x")
+
+
+def test_a_rank_past_its_hosts_devices_is_an_error():
+    env = {**ompi_vars(2, 3, 2, 3), "GCURUN_DEVICE_VAR": "CUDA_VISIBLE_DEVICES",
+           "GCURUN_DEVICES": "0,1"}
+    with pytest.raises(ShimError, match=r"local rank 2 has no device: its host lists 2 "
+                                        r"\(0,1\)"):
+        shim_environment(env, "x")
+
+
+def test_default_devices_follow_the_local_rank():
+    env = {**ompi_vars(3, 4, 1, 2), "GCURUN_DEVICE_VAR": "MLU_VISIBLE_DEVICES"}
+    assert shim_environment(env, "x")["MLU_VISIBLE_DEVICES"] == "1"
+
+
+def test_slurm_identity():
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "7", "SLURM_LOCALID": "1",
+           "SLURM_NODEID": "2", "SLURM_TASKS_PER_NODE": "2(x3),1"}
+    ident = launcher_identity(env)
+    assert (ident.rank, ident.size, ident.local_rank, ident.local_size, ident.node_rank) == \
+        (5, 7, 1, 2, 2)
+    got = shim_environment(env, "n2")
+    assert got["GROUP_RANK"] == "2" and got["GCURUN_CROSS_RANK"] == "2"
+    assert slurm_tasks_on_node("4,2(x2)", 2) == 2
+
+
+def test_no_launcher_variables_is_an_error():
+    with pytest.raises(ShimError, match="no MPI launcher variables"):
+        launcher_identity({})
+
+
+def test_omp_threads_follow_the_binding_unless_set():
+    base = {**ompi_vars(0, 1, 0, 1), "GCURUN_BIND_TO": "numa"}
+    assert shim_environment(base, "x", cpu_count=6)["OMP_NUM_THREADS"] == "6"
+    assert "OMP_NUM_THREADS" not in shim_environment({**base, "OMP_NUM_THREADS": "2"}, "x", 6)
+    assert "OMP_NUM_THREADS" not in shim_environment({**base, "GCURUN_BIND_TO": "none"}, "x", 6)
+
+
+DUMP = "import json, os; print(json.dumps(dict(os.environ)))"
+
+
+def run_shim(*cmd, extra=None):
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **ompi_vars(1, 2, 1, 2),
+           "GCURUN_DEVICE_VAR": "TOPS_VISIBLE_DEVICES", "GCURUN_DEVICES": "6,7",
+           **(extra or {})}
+    return subprocess.run([sys.executable, "-m", "gcurun.launch.mpi_shim", "--", *cmd],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_shim_execs_python():
+    out = run_shim(sys.executable, "-c", DUMP)
+    env = json.loads(out.stdout)
+    assert (env["RANK"], env["LOCAL_RANK"], env["TOPS_VISIBLE_DEVICES"]) == ("1", "1", "7")
+    assert env["HOROVOD_SIZE"] == "2"
+
+
+def test_shim_execs_a_shell_script(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text('echo "rank=$GCURUN_RANK dev=$TOPS_VISIBLE_DEVICES args=$*"\n')
+    out = run_shim("bash", str(script), "x", "y")
+    assert out.stdout == "rank=1 dev=7 args=x y\n"
+
+
+def test_shim_reports_errors_and_missing_programs():
+    out = run_shim("true", extra={"OMPI_COMM_WORLD_RANK": "one"})
+    assert out.returncode == 2
+    assert out.stderr == "gcurun mpi shim: OMPI_COMM_WORLD_RANK='one' is not a number\n"
+    out = run_shim("no-such-program-xyz")
+    assert out.returncode == 127 and "cannot run 'no-such-program-xyz'" in out.stderr
+
+
+def ignored_signals(status: str) -> set[int]:
+    mask = int(next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+               .split()[1], 16)
+    return {sig for sig in range(1, 65) if mask & (1 << (sig - 1))}
+
+
+def test_rank_command_starts_with_default_sigpipe():
+    import signal
+
+    out = run_shim("cat", "/proc/self/status")
+    assert signal.SIGPIPE not in ignored_signals(out.stdout)
+    assert signal.SIGXFSZ not in ignored_signals(out.stdout)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install what the test suite needs on a fresh Debian/Ubuntu machine (as root), then run it.
+#   system: openssh-server (sshd for the namespace hosts), iproute2 (ip netns), numactl
+#   python: gcurun with its dev extra (pytest, pytest-timeout, ruff, mypy), torch CPU build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    missing=""
+    for tool in sshd:openssh-server ip:iproute2 numactl:numactl; do
+        command -v "${tool%%:*}" >/dev/null || [ -x "/usr/sbin/${tool%%:*}" ] \
+            || missing="$missing ${tool#*:}"
+    done
+    if [ -n "$missing" ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
+    fi
+fi
+python3 -m pip install -q -e '.[dev]'
+ruff check gcurun tests benchmarks
+python3 -m pytest -q "$@"
