@@ -58,6 +58,10 @@ def _wants_grad(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+def _as_tensors(results: Sequence[np.ndarray], like: Tensors) -> list[torch.Tensor]:
+    return [to_tensor(result, t) for result, t in zip(results, like, strict=True)]
+
+
 # -- allreduce ---------------------------------------------------------------------------
 
 
@@ -145,14 +149,15 @@ def _grouped_allreduce_async(tensors: Tensors, inplace: bool, name: str | None, 
         works = [adasum.work(t, inplace, pre, post, where,
                              None if name is None else f"{name}.{i}")
                  for i, t in enumerate(tensors)]
+        finishers = [finish for _, finish, _ in works]
         return register(Combined([w for w, _, _ in works]),
-                        lambda results: [f(r) for (_, f, _), r in zip(works, results)], works)
+                        lambda results: [f(r) for f, r in zip(finishers, results, strict=True)],
+                        works)
     staged = [stage(t, "grouped_allreduce") for t in tensors]
     work = where.grouped_allreduce([s.array for s in staged], inplace, op, pre, post, name)
     if inplace:
         return register(work, lambda _: [write_back(s) for s in staged], staged)
-    return register(work, lambda results: [to_tensor(r, t) for r, t in zip(results, tensors)],
-                    staged)
+    return register(work, lambda results: _as_tensors(results, tensors), staged)
 
 
 def grouped_allreduce_async(tensors: Tensors, average: bool | None = None,
@@ -205,7 +210,7 @@ def grouped_allreduce(tensors: Tensors, average: bool | None = None, name: str |
         results = synchronize(_grouped_allreduce_async(compressed, False, name, op,
                                                        prescale_factor, postscale_factor,
                                                        process_set))
-    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(results, pairs)]
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(results, pairs, strict=True)]
 
 
 def grouped_allreduce_(tensors: Tensors, average: bool | None = None,
@@ -296,8 +301,7 @@ def grouped_allgather_async(tensors: Tensors, name: str | None = None,
     tensors = list(tensors)
     staged = [stage(t, "grouped_allgather") for t in tensors]
     work = target(process_set).grouped_allgather([s.array for s in staged], name)
-    return register(work, lambda results: [to_tensor(r, t) for r, t in zip(results, tensors)],
-                    staged)
+    return register(work, lambda results: _as_tensors(results, tensors), staged)
 
 
 def grouped_allgather(tensors: Tensors, name: str | None = None,
@@ -488,8 +492,7 @@ def grouped_reducescatter_async(tensors: Tensors, name: str | None = None, op: A
     staged = [stage(t, "grouped_reducescatter") for t in tensors]
     work = target(process_set).grouped_reducescatter([s.array for s in staged], op,
                                                      prescale_factor, postscale_factor, name)
-    return register(work, lambda results: [to_tensor(r, t) for r, t in zip(results, tensors)],
-                    staged)
+    return register(work, lambda results: _as_tensors(results, tensors), staged)
 
 
 def grouped_reducescatter(tensors: Tensors, name: str | None = None,
@@ -502,7 +505,7 @@ def grouped_reducescatter(tensors: Tensors, name: str | None = None,
     results = synchronize(grouped_reducescatter_async([t for t, _ in pairs], name, op,
                                                       process_set, prescale_factor,
                                                       postscale_factor))
-    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(results, pairs)]
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(results, pairs, strict=True)]
 
 
 # -- the rest ----------------------------------------------------------------------------

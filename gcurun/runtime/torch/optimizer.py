@@ -149,7 +149,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for key, (handle, how) in list(self._handles.items()):
                 output = mpi_ops.synchronize(handle)
                 if isinstance(key, tuple):
-                    for p, out, (_, ctx) in zip(key, output, how):
+                    for p, out, (_, ctx) in zip(key, output, how, strict=True):
                         self._apply(p, out, ("dense", None, ctx))
                 else:
                     self._apply(key, output, how)
@@ -290,7 +290,7 @@ def _groups(optimizer: torch.optim.Optimizer, named: list[tuple[str, torch.Tenso
         count = min(groups, len(trained))
         size, extra = divmod(len(trained), count)
         bounds = [i * size + min(i, extra) for i in range(count + 1)]
-        return [tuple(trained[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+        return [tuple(trained[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
     ids = {id(p) for p in trained}
     result = []
     for group in groups:

@@ -149,6 +149,9 @@ class SetTarget:
 
 def _each(arrays: Sequence[np.ndarray], name: str | None, call: Any) -> Work:
     """A grouped op as one synchronous op per array (names ``name.0``, ``name.1``, ...)."""
+    names = _names(name, len(arrays))
+
     def run() -> list[Any]:
-        return [call(array, sub) for array, sub in zip(arrays, _names(name, len(arrays)))]
+        return [call(array, sub) for array, sub in zip(arrays, names, strict=True)]
+
     return run_now(run)
