@@ -16,5 +16,6 @@ if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     fi
 fi
 python3 -m pip install -q -e '.[dev]'
-ruff check gcurun tests benchmarks
+ruff check .
+mypy
 python3 -m pytest -q "$@"

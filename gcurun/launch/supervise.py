@@ -118,6 +118,11 @@ def supervise(
                 state.on_lost(ExecutorErrorEvent(lost, "did not report its exit in time"))
                 break
             continue
+        if isinstance(event, InterruptEvent) and state.stopping:
+            # A second Ctrl-C while stopping: no more grace, SIGKILL what is left.
+            stoppers += stop_groups(groups, 0)
+            deadline = min(deadline or clock(), clock() + EXIT_REPORT_SLACK)
+            continue
         must_stop = _apply(state, event, sink)
         if must_stop and deadline is None:
             stoppers = stop_groups(groups, grace_seconds)

@@ -61,10 +61,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                              "those not available are skipped)")
     parser.add_argument("--min-bytes", type=int, default=4 * KIB)
     parser.add_argument("--max-bytes", type=int, default=256 * MIB)
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--rounds", type=int, default=5,
                         help="turns each variant takes per size; the best counts")
-    parser.add_argument("--seconds", type=float, default=0.1,
+    parser.add_argument("--seconds", type=float, default=0.05,
                         help="time one round of one variant aims at")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure every size this many times over; report the median")
     return parser.parse_args(list(argv))
 
 
@@ -74,8 +76,15 @@ def run(argv: Sequence[str]) -> str:
     env = read_runtime_env()
     job = open_job(env, [b.strip() for b in args.backends.split(",") if b.strip()])
     try:
-        sizes = [n for n in default_sizes(args.min_bytes, args.max_bytes)]
-        rows = [measure_size(job, n, args.rounds, args.seconds) for n in sizes]
+        sizes = default_sizes(args.min_bytes, args.max_bytes)
+        # One buffer for every size, as nccl-tests does: allocated once, its huge pages
+        # are not at the mercy of what later allocations find left.
+        pool = aligned_empty(max(sizes) // 4 + 1, np.float32)
+        # Whole passes over the sizes, so that the repeats of one size are far apart in
+        # time and a noisy spell of the machine spoils at most one of them.
+        passes = [[measure_size(job, pool, n, args.rounds, args.seconds) for n in sizes]
+                  for _ in range(max(1, args.repeat))]
+        rows = [median_row([one[i] for one in passes]) for i in range(len(sizes))]
     finally:
         for close in job.closers:
             close()
@@ -153,10 +162,14 @@ def _tcp_transport(env: RuntimeEnv, mpi_comm: Any) -> tuple[Any, Callable[[], No
     return transport, close
 
 
-def measure_size(job: Job, nbytes: int, rounds: int, seconds: float) -> Row:
+def measure_size(job: Job, pool: np.ndarray, nbytes: int, rounds: int,
+                 seconds: float) -> Row:
+    if nbytes <= 64 * KIB:
+        # Short calls: more, shorter rounds, so that some of them miss the machine's noise.
+        rounds, seconds = rounds * 4, seconds / 4
     count = max(1, nbytes // 4)
-    buf = aligned_empty(count, np.float32)   # every variant reduces this very buffer
-    buf[...] = 0                             # sums stay finite however many iterations
+    buf = pool[:count]      # every variant reduces this very buffer
+    buf[...] = 0            # sums stay finite however many iterations
     variants: dict[str, Callable[[], Any]] = {}
     for name, comm in job.communicators.items():
         variants[f"ring({name})"] = _ring(comm, buf)
@@ -168,6 +181,12 @@ def measure_size(job: Job, nbytes: int, rounds: int, seconds: float) -> Row:
         for name, fn in variants.items():
             best[name] = min(best[name], _timed(job, fn, iterations[name]))
     return Row(count * 4, best)
+
+
+def median_row(rows: Sequence[Row]) -> Row:
+    """One row whose every time is the median of ``rows``' times."""
+    return Row(rows[0].nbytes, {name: float(np.median([row.seconds[name] for row in rows]))
+                                for name in rows[0].seconds})
 
 
 def _ring(comm: Communicator, buf: np.ndarray) -> Callable[[], Any]:
@@ -212,7 +231,8 @@ def format_table(job: Job, rows: Sequence[Row]) -> str:
     lines = [
         f"# gcurun allreduce: {job.size} ranks on {job.hosts} host(s), float32 sum, in place",
         "# ring(b) = gcurun's ring on backend b; native = the MPI library's MPI_Allreduce",
-        "# time = mean per call of the slowest rank (best of the rounds); "
+        "# time = mean per call of the slowest rank (best of the rounds, median of the "
+        "repeats); "
         f"busbw = algbw x 2(n-1)/n = algbw x {factor:.2f}",
         "#",
     ]

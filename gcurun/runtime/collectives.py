@@ -60,18 +60,19 @@ class _Guard:
             raise self.comm._failed(exc, self.request) from None  # type: ignore[arg-type]
 
 
-class _Small:
-    """A prepared allreduce of one small signature (dtype, shape, op, name, postscale)."""
+class _Prepared:
+    """A prepared allreduce of one signature (dtype, shape, op, name, postscale) of
+    contiguous arrays: what the general path works out on every call, worked out once."""
 
     __slots__ = ("request", "invariant", "views", "ufunc", "postscale", "finish",
-                 "peer_header", "scratch", "plain")
+                 "peer_header", "ring", "plain")
 
     def __init__(self, request: Request, invariant: bytes, views: list[np.ndarray],
-                 ufunc: np.ufunc, postscale: float, scratch: np.ndarray | None):
+                 ufunc: np.ufunc, postscale: float, ring: bool):
         self.request = request
         self.invariant = invariant
         self.views = views          # every rank's inline data in the gathered blocks, or []
-        self.scratch = scratch      # room to gather tensors too large to ride inline
+        self.ring = ring            # large: the ring; else gathered and reduced locally
         self.ufunc = ufunc
         self.postscale = postscale
         self.finish = request.op == ReduceOp.AVERAGE or postscale != 1.0
@@ -96,7 +97,8 @@ class Communicator:
         self._chunks: dict[np.dtype, np.ndarray] = {}
         self._lock = threading.Lock()
         self._failure: str | None = None
-        self._small: dict[tuple, _Small] = {}
+        self._prepared: dict[tuple, _Prepared] = {}
+        self._scratch: np.ndarray | None = None
 
     # -- reductions ---------------------------------------------------------------------
 
@@ -105,18 +107,18 @@ class Communicator:
                   name: str | None = None, inplace: bool = False) -> np.ndarray:
         """The reduction of ``tensor`` over all ranks, same shape and dtype."""
         if type(tensor) is np.ndarray and prescale_factor == 1.0:
-            plan = self._small.get((tensor.dtype, tensor.shape, op, name, postscale_factor))
-            if plan is None and tensor.nbytes <= GATHER_REDUCE_BYTES:
-                plan = self._plan_small(tensor, op, name, postscale_factor)
+            plan = self._prepared.get((tensor.dtype, tensor.shape, op, name, postscale_factor))
+            if plan is None:
+                plan = self._prepare(tensor, op, name, postscale_factor)
             if plan is not None and tensor.flags.c_contiguous and (
                     not inplace or tensor.flags.writeable):
-                return self._small_allreduce(plan, tensor, inplace)
+                return self._prepared_allreduce(plan, tensor, inplace)
         arr = as_array(tensor)
         op, error = _reduce_op(op)
         error = error or _reduce_error(arr, op, prescale_factor, postscale_factor)
         request = Request(OpKind.ALLREDUCE, name, arr.dtype, arr.shape, op, error=error)
         src = flat_contiguous(arr)
-        out = src if inplace else np.empty_like(src)
+        out = src if inplace else aligned_empty(len(src), arr.dtype)
         if prescale_factor != 1.0 and error is None:
             if out is not src:
                 out[...] = src
@@ -130,7 +132,7 @@ class Communicator:
                 blocks = [agreement.inline(i, arr.dtype, len(src)) for i in range(self.size)]
                 alg.reduce_blocks(ufunc, blocks, out)
             elif src.nbytes <= GATHER_REDUCE_BYTES:
-                alg.gather_allreduce(self.transport, src, out, ufunc)
+                alg.gather_allreduce(self.transport, src, out, ufunc, self._gather_scratch())
             else:
                 alg.ring_allreduce(self.transport, src, out, ufunc, self._chunk(arr.dtype))
         _finish_reduction(out, op, self.size, postscale_factor)
@@ -162,37 +164,36 @@ class Communicator:
         _finish_reduction(out, op, self.size, postscale_factor)
         return out
 
-    def _plan_small(self, tensor: np.ndarray, op: Any, name: str | None,
-                   postscale: float) -> _Small | None:
-        """How to allreduce small tensors like ``tensor`` without the general path's
+    def _prepare(self, tensor: np.ndarray, op: Any, name: str | None,
+                   postscale: float) -> _Prepared | None:
+        """How to allreduce tensors like ``tensor`` without the general path's
         preparations, or None when the general path must handle (and report) the call."""
         rop, error = _reduce_op(op)
         if error or _reduce_error(tensor, rop, 1.0, postscale):
             return None
         request = Request(OpKind.ALLREDUCE, name, tensor.dtype, tensor.shape, rop)
         invariant = self.negotiator.invariant(request)
-        views, scratch = [], None
+        views = []
         if tensor.nbytes <= INLINE_CAPACITY:
             for rank in range(self.size):
                 start = rank * BLOCK + HEADER.size
                 region = self.negotiator.gathered[start:start + tensor.nbytes]
                 views.append(region.view(tensor.dtype).reshape(tensor.shape))
-        else:
-            scratch = np.empty(2 * self.size * tensor.nbytes, np.uint8)
-        plan = _Small(request, invariant, views, UFUNCS[rop], postscale, scratch)
+        plan = _Prepared(request, invariant, views, UFUNCS[rop], postscale,
+                         ring=tensor.nbytes > GATHER_REDUCE_BYTES)
         if self.size == 2:
             start = (1 - self.rank) * BLOCK
             plan.peer_header = self.negotiator.gathered.data[start:start + len(invariant)]
-        if len(self._small) > 1024:
-            self._small.clear()
-        self._small[(tensor.dtype, tensor.shape, op, name, postscale)] = plan
+        if len(self._prepared) > 1024:
+            self._prepared.clear()
+        self._prepared[(tensor.dtype, tensor.shape, op, name, postscale)] = plan
         return plan
 
-    def _small_allreduce(self, plan: _Small, tensor: np.ndarray, inplace: bool) -> np.ndarray:
-        """Allreduce of a small tensor, the general path written out flat (this is the
-        latency of every small allreduce). A tensor that fits in the negotiation block
-        rides in it, so one exchange completes the call; a larger one follows the header
-        in a second exchange (the same messages the general path sends)."""
+    def _prepared_allreduce(self, plan: _Prepared, tensor: np.ndarray,
+                            inplace: bool) -> np.ndarray:
+        """The general path written out flat (it is the latency of small allreduces and
+        the overhead of large ones), sending the very same messages. A tensor that fits
+        in the negotiation block rides in it, so one exchange completes the call."""
         negotiator = self.negotiator
         views = plan.views
         lock = self._lock
@@ -212,10 +213,15 @@ class Communicator:
                         else negotiator.agreed(plan.invariant)):
                     negotiator.header_owner = None
                     negotiator.raise_disagreement(plan.request)
-                if not views:
+                if plan.ring:
+                    out = tensor if inplace else aligned_empty(tensor.size, tensor.dtype
+                                                               ).reshape(tensor.shape)
+                    alg.ring_allreduce(self.transport, tensor.reshape(-1), out.reshape(-1),
+                                       plan.ufunc, self._chunk(tensor.dtype))
+                elif not views:
                     out = tensor if inplace else np.empty_like(tensor)
                     alg.gather_allreduce(self.transport, tensor.reshape(-1), out.reshape(-1),
-                                         plan.ufunc, plan.scratch)
+                                         plan.ufunc, self._gather_scratch())
             except (PeerFailureError, CollectiveTimeout) as exc:
                 raise self._failed(exc, plan.request) from None
             if views:
@@ -379,6 +385,12 @@ class Communicator:
                                 f"({self._failure}); call shutdown() and init() to start "
                                 "again")
 
+    def _gather_scratch(self) -> np.ndarray:
+        """Room for gather_allreduce of up to GATHER_REDUCE_BYTES."""
+        if self._scratch is None:
+            self._scratch = np.empty(2 * self.size * GATHER_REDUCE_BYTES, np.uint8)
+        return self._scratch
+
     def _chunk_len(self, dtype: np.dtype) -> int:
         return max(1, self.chunk_bytes // max(dtype.itemsize, 1))
 
@@ -395,7 +407,7 @@ class Communicator:
         return f"root_rank={root!r} is not a rank of this job; use 0..{self.size - 1}"
 
 
-def _reduce_views(plan: _Small, tensor: np.ndarray, inplace: bool) -> np.ndarray:
+def _reduce_views(plan: _Prepared, tensor: np.ndarray, inplace: bool) -> np.ndarray:
     """Reduce the inline data of every rank, in rank order."""
     views = plan.views
     if len(views) == 1:

@@ -17,7 +17,7 @@ BackendName = Literal["mpi", "tcp", "local"]
 BACKENDS: tuple[BackendName, ...] = ("mpi", "tcp", "local")
 
 DEFAULT_TIMEOUT_SECONDS = 300.0
-DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_CHUNK_BYTES = 2 << 20
 
 # Variables that MPI launchers (mpirun of Open MPI, MPICH/Hydra, Intel MPI, MVAPICH,
 # srun with PMI/PMIx) set on every rank they start.
@@ -59,6 +59,9 @@ class RuntimeEnv:
     fusion_threshold_mb: float = 64.0
     cycle_time_ms: float = 1.0
     timeline: str | None = None
+    timeline_mark_cycles: bool = False
+    stall_check_warning_seconds: float = 60.0
+    stall_check_shutdown_seconds: float = 0.0     # 0 disables the shutdown
 
 
 def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
@@ -81,6 +84,11 @@ def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
         fusion_threshold_mb=_non_negative(environ, "GCURUN_FUSION_THRESHOLD_MB", 64.0),
         cycle_time_ms=_positive(environ, "GCURUN_CYCLE_TIME_MS", 1.0),
         timeline=_text(environ, "GCURUN_TIMELINE"),
+        timeline_mark_cycles=_flag(environ, "GCURUN_TIMELINE_MARK_CYCLES", False),
+        stall_check_warning_seconds=_non_negative(
+            environ, "GCURUN_STALL_CHECK_WARNING_SECONDS", 60.0),
+        stall_check_shutdown_seconds=_non_negative(
+            environ, "GCURUN_STALL_CHECK_SHUTDOWN_SECONDS", 0.0),
     )
 
 

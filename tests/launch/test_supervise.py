@@ -106,3 +106,20 @@ def test_ranks_that_never_report_are_declared_lost(monkeypatch):
         run(events, FakeGroup(events), {0: "a", 1: "b"}, grace=0.1)
     assert err.value.failure.rank == 0
     assert [o.rank for o in err.value.others] == [1]
+
+
+def test_second_interrupt_skips_the_grace_period():
+    events = queue.Queue()
+
+    class Stubborn(FakeGroup):
+        def terminate(self, grace_seconds):
+            self.terminated.append(grace_seconds)
+            if grace_seconds == 0:  # only SIGKILL ends these ranks
+                self.events.put(ExitEvent(0, None, signal.SIGKILL))
+
+    group = Stubborn(events)
+    events.put(InterruptEvent(signal.SIGINT, "SIGINT"))
+    events.put(InterruptEvent(signal.SIGINT, "SIGINT"))
+    with pytest.raises(JobInterrupted):
+        run(events, group, {0: "a"}, grace=30.0)
+    assert 30.0 in group.terminated and 0 in group.terminated

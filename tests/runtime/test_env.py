@@ -21,7 +21,7 @@ def test_a_launched_rank_knows_everything() -> None:
     assert env.rendezvous == ("10.0.0.1", 29400)
     assert env.secret == bytes.fromhex("ab" * 32)
     assert env.backend is None and not env.under_mpi_launcher
-    assert env.timeout_seconds == 300.0 and env.cma and env.chunk_bytes == 1 << 20
+    assert env.timeout_seconds == 300.0 and env.cma and env.chunk_bytes == 2 << 20
 
 
 def test_a_plain_process_has_no_facts() -> None:
@@ -39,6 +39,19 @@ def test_srun_is_recognised_by_its_step() -> None:
                              ).under_mpi_launcher
     assert not parse_runtime_env({"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"}
                                  ).under_mpi_launcher
+
+
+def test_what_the_launcher_sets_is_understood() -> None:
+    from gcurun.config.api import RuntimeSettings
+    from gcurun.config.resolve import runtime_environment
+
+    variables = runtime_environment(RuntimeSettings(backend="tcp", timeline="/tmp/t.json",
+                                                    timeline_mark_cycles=True,
+                                                    stall_check_shutdown_seconds=30))
+    env = parse_runtime_env(variables)
+    assert (env.backend, env.timeout_seconds, env.timeline, env.timeline_mark_cycles) == (
+        "tcp", 300.0, "/tmp/t.json", True)
+    assert (env.stall_check_warning_seconds, env.stall_check_shutdown_seconds) == (60, 30)
 
 
 def test_knobs() -> None:

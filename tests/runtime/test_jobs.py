@@ -13,7 +13,7 @@ import pytest
 from gcurun.runtime import wire
 from gcurun.runtime.rendezvous import RendezvousServer
 from gcurun.runtime.tcp_transport import CONNECT_EXTRA, PEER_LABEL
-from tests.helpers import wait_for
+from tests.helpers import ROOT, wait_for
 from tests.runtime.jobs import MPIRUN, run_job, run_local, run_tcp
 
 pytestmark = pytest.mark.integration
@@ -164,3 +164,28 @@ def test_sub_communicators(size: int) -> None:
     assert job.returncodes == [0], job.stdout + job.stderr
     for rank in range(size):
         assert job.lines(f"rank {rank} ok:"), job.stdout
+
+
+QUICK_BENCH = (str(ROOT / "benchmarks" / "allreduce.py"), "--max-bytes", "8192", "--rounds",
+               "1", "--seconds", "0.001")
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_the_benchmark_compares_both_rings_with_native_mpi() -> None:
+    job = run_job("mpi", 2, *QUICK_BENCH)
+    assert job.returncodes == [0], job.stderr
+    header = next(line for line in job.stdout.splitlines() if "size" in line)
+    for column in ("ring(mpi)", "ring(tcp)", "native", "ring(mpi)/native", "ring(tcp)/native"):
+        assert column in header
+    rows = [line.split() for line in job.stdout.splitlines() if not line.startswith("#")]
+    assert [row[0] for row in rows] == ["8", "4096", "8192"]
+    # size count type, then "| time algbw busbw" per variant and "| ratio" per ring
+    assert all(len(row) == 3 + 3 * 4 + 2 * 2 for row in rows), job.stdout
+
+
+def test_the_benchmark_runs_on_the_tcp_backend_alone() -> None:
+    job = run_tcp(2, *QUICK_BENCH)
+    assert job.returncodes == [0, 0], job.stderr
+    header = next(line for line in job.stdout.splitlines() if "size" in line)
+    assert "ring(tcp)" in header and "native" not in header and "ring(mpi)" not in header
