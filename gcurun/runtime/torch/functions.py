@@ -3,12 +3,12 @@ and Python objects (broadcast_object, allgather_object)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 
+import gcurun.runtime as runtime
 from gcurun.runtime.torch.mpi_ops import broadcast_async_, synchronize
 from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
 from gcurun.runtime.torch.targets import SetTarget
@@ -55,66 +55,79 @@ def allgather_object(obj: Any, name: str | None = None,
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
                               process_set: ProcessSet = global_process_set) -> None:
-    """Make every rank's optimizer state ``root_rank``'s: its per-parameter state (tensors
-    in place, other values such as step counts as objects) and every option of its
-    parameter groups (learning rate, momentum, ...).
-
-    An optimizer that has no state yet gets it from one step with zero gradients first,
-    which leaves the parameters and their gradients as they were.
+    """Make every rank's optimizer state ``root_rank``'s: the options of its parameter
+    groups (learning rate, momentum, ...) and each parameter's state, tensors broadcast
+    in place and other values (step counts, flags) as objects. A rank whose state lacks an
+    entry the root has (a fresh optimizer) gets it; entries the root lacks are dropped.
+    Every rank's optimizer must train the same parameters in the same groups.
     """
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("broadcast_optimizer_state: torch.optim.LBFGS keeps state that "
                          "cannot be broadcast piecewise; broadcast_object(optimizer."
                          "state_dict()) and load_state_dict() it instead")
-    if not any(optimizer.state.get(p) for g in optimizer.param_groups for p in g["params"]):
-        _initialize_state(optimizer)
-    tensors: list[tuple[str, torch.Tensor]] = []
-    scalars: dict[str, Any] = {}
-    assign: dict[str, Callable[[Any], None]] = {}
-    occurrences: defaultdict[str, int] = defaultdict(int)
-    for index, group in enumerate(optimizer.param_groups):
-        for option in sorted(group):
-            if option != "params":
-                key = f"{option}.{index}"
-                scalars[key] = group[option]
-                assign[key] = _setter(group, option)
-        for param in group["params"]:
-            state = optimizer.state.get(param)
-            for entry in sorted(state or {}):
-                occurrences[entry] += 1
-                key = f"{entry}.{occurrences[entry]}"
-                value = state[entry]
-                if isinstance(value, torch.Tensor):
-                    tensors.append((key, value))
-                else:
-                    scalars[key] = value
-                    assign[key] = _setter(state, entry)
-    broadcast_parameters(tensors, root_rank, process_set)
-    received = broadcast_object(scalars, root_rank, "broadcast_optimizer_state.scalars",
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    offer = _manifest(optimizer, params) if _is_root(root_rank, process_set) else None
+    manifest = broadcast_object(offer, root_rank, "broadcast_optimizer_state.manifest",
                                 process_set)
-    for key, value in received.items():
-        if key in assign:
-            assign[key](value)
+    groups, states = manifest
+    if len(groups) != len(optimizer.param_groups) or len(states) != len(params):
+        raise ValueError(f"broadcast_optimizer_state: rank {root_rank}'s optimizer has "
+                         f"{len(groups)} parameter groups and {len(states)} parameters, "
+                         f"this rank's {len(optimizer.param_groups)} and {len(params)}; "
+                         "build the same optimizer over the same model on every rank")
+    if offer is None:
+        for group, options in zip(optimizer.param_groups, groups, strict=True):
+            group.update(options)
+        for param, entries in zip(params, states, strict=True):
+            _adopt(optimizer, param, entries)
+    tensors = [(f"optimizer_state.{i}.{key}", optimizer.state[p][key])
+               for i, (p, entries) in enumerate(zip(params, states, strict=True))
+               for key, (kind, _) in entries.items() if kind == "tensor"]
+    broadcast_parameters(tensors, root_rank, process_set)
 
 
-def _setter(mapping: dict, key: Any) -> Callable[[Any], None]:
-    def set_value(value: Any) -> None:
-        mapping[key] = value
-    return set_value
+def _is_root(root_rank: int, process_set: ProcessSet) -> bool:
+    target(process_set)                  # refuses sets this rank is not a member of
+    return runtime.rank() == root_rank
 
 
-def _initialize_state(optimizer: torch.optim.Optimizer) -> None:
-    """Create the optimizer's state with one step on zero gradients, then put back the
-    parameters and gradients (a weight decay would otherwise move the parameters)."""
-    params = [p for group in optimizer.param_groups for p in group["params"]
-              if p.requires_grad]
-    saved = [(p, p.detach().clone(), p.grad) for p in params]
-    for p in params:
-        grad = torch.zeros_like(p)
-        p.grad = grad.to_sparse() if isinstance(optimizer, torch.optim.SparseAdam) else grad
-    local_step = getattr(optimizer, "_local_step", None)
-    with torch.no_grad():
-        (local_step or optimizer.step)()
-        for p, value, grad in saved:
-            p.copy_(value)
-            p.grad = grad
+def _manifest(optimizer: torch.optim.Optimizer,
+              params: list[torch.Tensor]) -> tuple[list[dict], list[dict]]:
+    """The root's options and, per parameter, its state entries: tensors described by
+    (shape, dtype, device type), other values as they are."""
+    groups = [{k: v for k, v in group.items() if k != "params"}
+              for group in optimizer.param_groups]
+    states = []
+    for param in params:
+        entries: dict[str, tuple[str, Any]] = {}
+        for key, value in (optimizer.state.get(param) or {}).items():
+            if isinstance(value, torch.Tensor):
+                entries[key] = ("tensor", (tuple(value.shape), value.dtype,
+                                           value.device.type))
+            else:
+                entries[key] = ("value", value)
+        states.append(entries)
+    return groups, states
+
+
+def _adopt(optimizer: torch.optim.Optimizer, param: torch.Tensor,
+           entries: dict[str, tuple[str, Any]]) -> None:
+    """Reshape this rank's state of ``param`` after the root's (values come later)."""
+    if not entries:
+        optimizer.state.pop(param, None)
+        return
+    old = optimizer.state.get(param) or {}
+    new: dict[str, Any] = {}
+    for key, (kind, what) in entries.items():
+        if kind == "value":
+            new[key] = what
+            continue
+        shape, dtype, device_type = what
+        current = old.get(key)
+        device = torch.device("cpu") if device_type == "cpu" else param.device
+        if (isinstance(current, torch.Tensor) and tuple(current.shape) == shape
+                and current.dtype == dtype and current.device == device):
+            new[key] = current
+        else:
+            new[key] = torch.zeros(shape, dtype=dtype, device=device)
+    optimizer.state[param] = new

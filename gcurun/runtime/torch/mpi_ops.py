@@ -55,7 +55,7 @@ def reduce_op(op: Any, average: bool | None) -> Any:
 
 
 def _wants_grad(*tensors: torch.Tensor) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
 
 
 def _as_tensors(results: Sequence[np.ndarray], like: Tensors) -> list[torch.Tensor]:
@@ -243,7 +243,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
         if divisor > 1:
             gathered_values = gathered_values / divisor
         return torch.sparse_coo_tensor(gathered_indices.to(sparse.device), gathered_values,
-                                       sparse.shape)
+                                       sparse.shape, check_invariants=False)
 
     return register(Combined(works), finish, (indices, values))
 

@@ -17,7 +17,7 @@ import torch
 from gcurun.runtime.torch import mpi_ops
 from gcurun.runtime.torch.compression import Compression, Compressor
 from gcurun.runtime.torch.mpi_ops import Average
-from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set
+from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
 
 Group = tuple[torch.Tensor, ...]
 
@@ -42,12 +42,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  if p.requires_grad]
         self._requires_update.sort(key=lambda p: self._parameter_names[p])
         self._handles: dict[Any, tuple[Any, Any]] = {}
+        self._filled: set[torch.Tensor] = set()
         self._group_of = {p: group for group in groups for p in group}
         self._group_ready = {group: 0 for group in groups}
         self._synchronized = False
         self._should_synchronize = True
         self._hooks: list[Any] = []
         self._communicating = bool(process_set.included()) and (process_set.size() or 1) > 1
+        # With the runtime's background engine, each gradient's allreduce starts from its
+        # hook and overlaps the rest of backward. Without it an allreduce would block
+        # backward, and the ranks would have to meet every gradient in the same order
+        # (which models with rank-dependent branches break): then step() reduces them
+        # all, in name order, as one fused op.
+        self._overlap = self._communicating and target(process_set).engine
         if self._communicating:
             for p in self._requires_update:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
@@ -56,13 +63,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p: torch.Tensor) -> Any:
         def hook(_: torch.Tensor) -> None:
-            if self._handles.get(p, (None,))[0] is not None and self._allreduce_delay[p] <= 0:
+            if self._allreduce_delay[p] <= 0:
                 raise AssertionError(
                     "gradients were computed more than backward_passes_per_step="
                     f"{self.backward_passes_per_step} times before step(); raise "
                     "backward_passes_per_step to accumulate gradients locally")
             self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] > 0:
+            if self._allreduce_delay[p] > 0 or not self._overlap:
                 self._handles[p] = (None, None)
                 return
             group = self._group_of.get(p)
@@ -82,9 +89,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _allreduce_grad_async(self, p: torch.Tensor) -> tuple[int, Any]:
         name = self._parameter_names.get(p)
-        if p.grad is None:
-            # No gradient here, but another rank may have one: contribute zeros.
-            p.grad = torch.zeros_like(p)
+        self._fill_missing(p)
         grad = p.grad
         if grad.is_sparse:
             if not self.sparse_as_dense:
@@ -103,25 +108,65 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                           process_set=self.process_set)
         return handle, ("dense", compressed, ctx)
 
-    def _start_group(self, group: Group) -> None:
+    def _start_group(self, group: Group, name: str | None = None) -> None:
         for p in group:
             self._handles.pop(p, None)
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        pairs = [self._compression.compress(p.grad) for p in group]
+            self._fill_missing(p)
+        pairs = [self._compression.compress(_dense(p.grad)) for p in group]
         pre, post = self._scale_factors()
         handle = mpi_ops.grouped_allreduce_async_(
-            [t for t, _ in pairs], name=self._parameter_names.get(group[0]), op=self.op,
-            prescale_factor=pre, postscale_factor=post, process_set=self.process_set)
+            [t for t, _ in pairs], name=name or self._parameter_names.get(group[0]),
+            op=self.op, prescale_factor=pre, postscale_factor=post,
+            process_set=self.process_set)
         self._handles[group] = (handle, pairs)
-        self._group_ready[group] = 0
+        if group in self._group_ready:
+            self._group_ready[group] = 0
+
+    def _start_missing(self) -> None:
+        """Start what backward did not: groups and gradients some rank did not compute
+        here, and those still accumulating (step() before backward_passes_per_step)."""
+        for group in self._group_ready:
+            if group not in self._handles:
+                self._start_group(group)
+        for p in self._requires_update:
+            if p not in self._group_of and self._handles.get(p, (None,))[0] is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+
+    def _start_all(self) -> None:
+        """Start every gradient's reduction at once, in name order: the dense ones as one
+        grouped (fused) allreduce, sparse ones each gathered on its own."""
+        self._handles.clear()
+        dense = []
+        for p in self._requires_update:
+            self._fill_missing(p)
+            if p.grad.is_sparse and not self.sparse_as_dense:
+                self._handles[p] = self._allreduce_grad_async(p)
+            else:
+                dense.append(p)
+        if dense:
+            self._start_group(tuple(dense), name="gcurun.gradients")
+
+    def _fill_missing(self, p: torch.Tensor) -> None:
+        """No gradient here, but another rank may have one: contribute zeros."""
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+            self._filled.add(p)
+
+    def _start_presence(self) -> int:
+        """Start a Max-allreduce of which parameters had a gradient on this rank, so that
+        those no rank had keep ``grad=None`` (the wrapped optimizer then skips them, as it
+        would in a single process)."""
+        present = torch.tensor([p not in self._filled for p in self._requires_update],
+                               dtype=torch.uint8)
+        return mpi_ops.allreduce_async_(present, name="gcurun.gradients_present",
+                                        op=mpi_ops.Max, process_set=self.process_set)
 
     def _apply(self, p: torch.Tensor, output: Any, how: tuple[str, Any, Any]) -> None:
-        kind, sent, ctx = how
+        kind, _, ctx = how
         if kind == "sparse":
             p.grad = output
         elif kind == "densified":
-            p.grad = output.to_sparse()
+            p.grad = self._compression.decompress(output, ctx).to_sparse()
         else:
             reduced = self._compression.decompress(output, ctx)
             if reduced is not p.grad:
@@ -138,22 +183,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._synchronized = True
             return
         try:
-            for group in self._group_ready:
-                if group not in self._handles:       # some member had no gradient here
-                    self._start_group(group)
-            for p in self._requires_update:
-                if p in self._group_of:
-                    continue
-                if self._handles.get(p, (None,))[0] is None:
-                    self._handles[p] = self._allreduce_grad_async(p)
+            if self._overlap:
+                self._start_missing()
+            else:
+                self._start_all()
+            presence = self._start_presence()      # after the others: see _start_presence
             for key, (handle, how) in list(self._handles.items()):
                 output = mpi_ops.synchronize(handle)
                 if isinstance(key, tuple):
                     for p, out, (_, ctx) in zip(key, output, how, strict=True):
-                        self._apply(p, out, ("dense", None, ctx))
+                        self._apply(p, out, ("densified" if p.grad.is_sparse else "dense",
+                                             None, ctx))
                 else:
                     self._apply(key, output, how)
+            present = mpi_ops.synchronize(presence)
+            for p, anywhere in zip(self._requires_update, present.tolist(), strict=True):
+                if not anywhere:
+                    p.grad = None
         finally:
+            self._filled.clear()
             self._handles.clear()
             self._reset_delays()
             for group in self._group_ready:
@@ -183,10 +231,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     step.hooked = True  # type: ignore[attr-defined]  # torch must not wrap it twice
 
-    def _local_step(self) -> Any:
-        """The wrapped optimizer's own step, without any communication."""
-        return super().step()
-
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._handles:
             raise AssertionError(
@@ -209,6 +253,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _reset_delays(self) -> None:
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
+
+
+def _dense(grad: torch.Tensor) -> torch.Tensor:
+    return grad.to_dense() if grad.is_sparse else grad
 
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer,

@@ -43,9 +43,8 @@ class JobTarget:
                       else runtime.grouped_allreduce_async)
             return EngineWork(runtime, submit(list(arrays), name=name, op=op,
                                               prescale_factor=pre, postscale_factor=post))
-        call = runtime.allreduce_ if inplace else runtime.allreduce
-        return _each(arrays, name, lambda a, n: call(a, name=n, op=op, prescale_factor=pre,
-                                                     postscale_factor=post))
+        return _fused(arrays, inplace, name, lambda a, n: runtime.allreduce_(
+            a, name=n, op=op, prescale_factor=pre, postscale_factor=post))
 
     def allgather(self, array: np.ndarray, name: str | None) -> Work:
         if self.engine:
@@ -112,8 +111,8 @@ class SetTarget:
 
     def grouped_allreduce(self, arrays: Sequence[np.ndarray], inplace: bool, op: ReduceOp,
                           pre: float, post: float, name: str | None) -> Work:
-        return _each(arrays, name, lambda a, n: self.comm.allreduce(a, op, pre, post, n,
-                                                                    inplace=inplace))
+        return _fused(arrays, inplace, name, lambda a, n: self.comm.allreduce(
+            a, op, pre, post, n, inplace=True))
 
     def allgather(self, array: np.ndarray, name: str | None) -> Work:
         return run_now(self.comm.allgather, array, name)
@@ -145,6 +144,38 @@ class SetTarget:
 
     def allgather_object(self, obj: Any, name: str | None) -> list[Any]:
         return self.comm.allgather_object(obj, name)
+
+
+# Arrays up to this size share one allreduce per dtype (a copy in and out costs less than
+# another op's latency); larger ones are reduced where they are.
+FUSE_BYTES = 1 << 20
+
+
+def _fused(arrays: Sequence[np.ndarray], inplace: bool, name: str | None,
+           reduce_: Any) -> Work:
+    """A grouped allreduce as few synchronous ops: small arrays of one dtype are copied
+    into one buffer and reduced together; ``reduce_(array, name)`` works in place."""
+    arrays = list(arrays)
+
+    def run() -> list[np.ndarray]:
+        results: list[np.ndarray] = [a if inplace else a.copy() for a in arrays]
+        small: dict[np.dtype, list[int]] = {}
+        for i, array in enumerate(results):
+            if array.nbytes <= FUSE_BYTES:
+                small.setdefault(array.dtype, []).append(i)
+            else:
+                reduce_(array, None if name is None else f"{name}.{i}")
+        for dtype, members in small.items():
+            flat = np.concatenate([results[i].reshape(-1) for i in members])
+            reduce_(flat, None if name is None else f"{name}.fused.{dtype.name}")
+            offset = 0
+            for i in members:
+                results[i][...] = flat[offset:offset + results[i].size].reshape(
+                    results[i].shape)
+                offset += results[i].size
+        return results
+
+    return run_now(run)
 
 
 def _each(arrays: Sequence[np.ndarray], name: str | None, call: Any) -> Work:
