@@ -75,6 +75,7 @@ def make_plan(command: Sequence[str], settings: Settings, params: Mapping[str, A
         devices=settings.devices, launcher=settings.launcher,
         local_names=probe_local_names(), job_env=job_env,
         forwarded_env=settings.forward_env, master_addr=params.get("master_addr"),
+        this_host=socket.getfqdn(),
         master_port=master_port, workdir=settings.workdir or os.getcwd(),
         sources=settings.sources)
 

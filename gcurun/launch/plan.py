@@ -80,6 +80,7 @@ def build_plan(
     job_env: Mapping[str, str] | None = None,
     forwarded_env: Sequence[str] = (),
     master_addr: str | None = None,
+    this_host: str = LOOPBACK,
     master_port: int = 29500,
     workdir: str = "/",
     sources: Mapping[str, str] | None = None,
@@ -88,7 +89,9 @@ def build_plan(
 
     ``job_env`` is set for every rank (profile env, -x variables, runtime knobs); the
     identity variables of :func:`rank_environment` win over it. ``master_addr`` defaults to
-    loopback when every rank is local and to rank 0's host otherwise.
+    loopback when every rank is local, to ``this_host`` (a name of the launcher's host that
+    other hosts can resolve) when rank 0 is local but others are not, and to rank 0's host
+    otherwise.
 
     Raises PlanError for an empty command or host list, or ranks that do not fit.
     """
@@ -103,8 +106,12 @@ def build_plan(
         launcher = "local" if all_local else "ssh"
     if master_addr is None:
         first = used[0][0]
-        master_addr = LOOPBACK if all_local or is_local_host(first.name, local_names) \
-            else first.name
+        if all_local:
+            master_addr = LOOPBACK
+        elif is_local_host(first.name, local_names):
+            master_addr = this_host
+        else:
+            master_addr = first.name
     cross_sizes = [sum(1 for _, n in used if n > lr) for lr in range(max(counts))]
     ranks: list[RankSpec] = []
     for node_rank, (host, count) in enumerate(used):

@@ -209,7 +209,7 @@ class _HostRun:
             if hello is None:
                 raise HostFailure(self.diagnose(conn, channel, leftover, deadline))
             if hello.version != self.version:
-                raise HostFailure(self.mismatch(hello.version, hello.python))
+                raise HostFailure(self.mismatch(hello.version, t.python))
         except BaseException:
             conn.close()
             raise

@@ -9,7 +9,9 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from gcurun.config.api import Settings
+from gcurun.errors import LaunchError
 from gcurun.launch.api import Event, LaunchPlan, RankGroup
+from gcurun.launch.environment import RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.launch.output import OutputSink
 from gcurun.launch.supervise import InterruptEvent, supervise
 
@@ -53,8 +55,6 @@ def make_groups(plan: LaunchPlan, settings: Settings,
     try:
         factory = EXECUTORS[plan.launcher]
     except KeyError:
-        from gcurun.errors import LaunchError
-
         raise LaunchError(f"launcher '{plan.launcher}' is not available in this build; "
                           f"use one of: {', '.join(sorted(EXECUTORS))}") from None
     return factory(plan, settings, secrets)
@@ -80,6 +80,49 @@ def signals_to(events: queue.Queue[Event | InterruptEvent]) -> Iterator[None]:
             signal.signal(signum, old)
 
 
+# In GCURUN_RENDEZVOUS, this host stands for "the launcher's address on the connection to
+# the rank's host"; the SSH executor fills it in per host.
+ANY_LAUNCHER_ADDRESS = "*"
+
+
+@contextlib.contextmanager
+def job_rendezvous(plan: LaunchPlan) -> Iterator[dict[str, str]]:
+    """Serve the tcp runtime's rendezvous for the job's life, when the job may use it.
+
+    Yields the variables every rank gets off its command line: GCURUN_RENDEZVOUS and the
+    per-job GCURUN_SECRET. mpirun jobs use the mpi backend and one-rank jobs need none.
+    """
+    if plan.launcher == "mpi" or plan.size < 2:
+        yield {}
+        return
+    from gcurun.runtime.rendezvous import RendezvousServer, new_secret
+
+    secret = new_secret()
+    if all(r.is_local for r in plan.ranks):
+        server, host = RendezvousServer("127.0.0.1", 0, secret=secret, size=plan.size), \
+            "127.0.0.1"
+        server.start()
+    else:
+        server, host = _any_address_server(secret, plan.size), ANY_LAUNCHER_ADDRESS
+    try:
+        yield {RENDEZVOUS_VARIABLE: f"{host}:{server.address[1]}", SECRET_VARIABLE: secret.hex()}
+    finally:
+        server.close()
+
+
+def _any_address_server(secret: bytes, size: int):  # -> RendezvousServer
+    """A rendezvous on every address of this host: dual-stack IPv6 where it exists."""
+    from gcurun.runtime.rendezvous import RendezvousServer
+
+    try:
+        server = RendezvousServer("::", 0, secret=secret, size=size)
+        server.start()
+    except LaunchError:
+        server = RendezvousServer("0.0.0.0", 0, secret=secret, size=size)
+        server.start()
+    return server
+
+
 def run_job(plan: LaunchPlan, settings: Settings, sink: OutputSink,
             secrets: Mapping[str, str] | None = None) -> None:
     """Start every rank of ``plan`` and supervise them until the job ends.
@@ -87,8 +130,14 @@ def run_job(plan: LaunchPlan, settings: Settings, sink: OutputSink,
     Returns when every rank exited 0; raises RanksFailedError, JobInterrupted or
     LaunchError otherwise, in every case after stopping all ranks.
     """
+    with job_rendezvous(plan) as rendezvous:
+        _run_groups(plan, settings, sink, {**rendezvous, **(secrets or {})})
+
+
+def _run_groups(plan: LaunchPlan, settings: Settings, sink: OutputSink,
+                secrets: Mapping[str, str]) -> None:
     events: queue.Queue[Event | InterruptEvent] = queue.Queue()
-    groups = make_groups(plan, settings, dict(secrets or {}))
+    groups = make_groups(plan, settings, secrets)
     with signals_to(events):
         started: list[RankGroup] = []
         try:

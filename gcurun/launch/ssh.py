@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import queue
+import socket
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,6 +36,7 @@ from gcurun.launch.bootstrap import (
     FrameReader,
     encode_message,
 )
+from gcurun.launch.environment import RENDEZVOUS_VARIABLE
 from gcurun.launch.preflight import (
     HostSession,
     PreflightProgress,
@@ -207,8 +209,31 @@ def ssh_groups(plan: LaunchPlan, settings: Settings,
     result = preflight(targets, progress=_log_progress)
     plan = _bind(plan, settings, result)
     return [SSHRankGroup(result.sessions[name], plan.ranks_on(name), workdir=plan.workdir,
-                         secrets=secrets, kill_grace=settings.grace_seconds)
+                         secrets=secrets_for(result.sessions[name], secrets),
+                         kill_grace=settings.grace_seconds)
             for name in names]
+
+
+def secrets_for(session: HostSession, secrets: Mapping[str, str]) -> dict[str, str]:
+    """The secrets of one host's ranks: a rendezvous given as ``*:PORT`` gets the
+    launcher's address on this host's connection, which that host can reach."""
+    value = secrets.get(RENDEZVOUS_VARIABLE, "")
+    if not value.startswith("*:"):
+        return dict(secrets)
+    host = launcher_address(session)
+    shown = f"[{host}]" if ":" in host else host
+    return {**secrets, RENDEZVOUS_VARIABLE: f"{shown}:{value[2:]}"}
+
+
+def launcher_address(session: HostSession) -> str:
+    """This host's address on the SSH connection to ``session``'s host; for proxied
+    connections (no socket of ours reaches the host) this host's fully qualified name."""
+    sock = getattr(session.connection.transport, "sock", None)
+    try:
+        host = str(sock.getsockname()[0])  # type: ignore[union-attr]
+    except (AttributeError, OSError, IndexError, TypeError):
+        return socket.getfqdn()
+    return host[7:] if host.startswith("::ffff:") else host
 
 
 def _bind(plan: LaunchPlan, settings: Settings, result: PreflightResult) -> LaunchPlan:

@@ -33,6 +33,7 @@ class _State:
     topology: Topology
     env: RuntimeEnv
     mpi_threads: bool = False
+    engine: Any = None          # the background engine (gcurun.runtime.engine.Engine)
 
 
 _state: _State | None = None
@@ -68,11 +69,12 @@ def init(comm: Any = None) -> None:
         env = read_runtime_env()
         backend = choose_backend(env, comm is not None)
         if backend == "mpi":
-            _state = _init_mpi(env, comm)
+            state_ = _init_mpi(env, comm)
         elif backend == "tcp":
-            _state = _init_tcp(env)
+            state_ = _init_tcp(env)
         else:
-            _state = _init_local(env)
+            state_ = _init_local(env)
+        _state = _start_engine(state_)
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True
@@ -84,6 +86,8 @@ def shutdown() -> None:
     with _lock:
         state, _state = _state, None
     if state is not None:
+        if state.engine is not None:
+            state.engine.stop()
         state.transport.close()
 
 
@@ -164,6 +168,33 @@ def gloo_enabled() -> bool:
 
 def nccl_built() -> bool:
     return False
+
+
+def _start_engine(state_: _State) -> _State:
+    """Start the background engine; from now on the public collectives go through it
+    (``state.communicator`` becomes the engine's)."""
+    from gcurun.runtime.async_ops import EngineCommunicator
+    from gcurun.runtime.engine import start_engine
+
+    try:
+        if state_.backend == "mpi":
+            _check_mpi_threads()
+        state_.engine = start_engine(state_.transport, state_.env,
+                                     state_.communicator.chunk_bytes)
+    except BaseException:
+        state_.transport.close()
+        raise
+    state_.communicator = EngineCommunicator(state_.engine)  # type: ignore[assignment]
+    return state_
+
+
+def _check_mpi_threads() -> None:
+    from mpi4py import MPI
+
+    if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
+        raise UsageError("the MPI library was initialized without thread support "
+                         "(MPI_THREAD_SERIALIZED or better); gcurun's engine thread makes "
+                         "the MPI calls: leave mpi4py.rc.thread_level at 'multiple'")
 
 
 # -- backends ---------------------------------------------------------------------------

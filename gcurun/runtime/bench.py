@@ -5,6 +5,8 @@ under an MPI launcher, of the MPI library's own MPI_Allreduce, all measured in o
 Every variant reduces the same float32 buffer in place with Sum. For each size the
 variants take turns, several rounds, and each keeps its best round: the machine's noise
 hits all of them alike. A round's time is the slowest rank's mean over its iterations.
+With ``--repeat`` the whole sweep runs several times, far apart in time, and each variant
+keeps its best over all of them (a shared machine has slow spells lasting seconds).
 
 Under mpirun both backends run side by side in one process: the tcp one through a
 rendezvous that rank 0 serves for the occasion.
@@ -66,7 +68,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=0.05,
                         help="time one round of one variant aims at")
     parser.add_argument("--repeat", type=int, default=1,
-                        help="measure every size this many times over; report the median")
+                        help="passes over every size, far apart in time; each variant "
+                             "keeps its best")
     return parser.parse_args(list(argv))
 
 
@@ -84,7 +87,7 @@ def run(argv: Sequence[str]) -> str:
         # time and a noisy spell of the machine spoils at most one of them.
         passes = [[measure_size(job, pool, n, args.rounds, args.seconds) for n in sizes]
                   for _ in range(max(1, args.repeat))]
-        rows = [median_row([one[i] for one in passes]) for i in range(len(sizes))]
+        rows = [best_row([one[i] for one in passes]) for i in range(len(sizes))]
     finally:
         for close in job.closers:
             close()
@@ -183,9 +186,9 @@ def measure_size(job: Job, pool: np.ndarray, nbytes: int, rounds: int,
     return Row(count * 4, best)
 
 
-def median_row(rows: Sequence[Row]) -> Row:
-    """One row whose every time is the median of ``rows``' times."""
-    return Row(rows[0].nbytes, {name: float(np.median([row.seconds[name] for row in rows]))
+def best_row(rows: Sequence[Row]) -> Row:
+    """One row whose every time is the best of ``rows``' times."""
+    return Row(rows[0].nbytes, {name: min(row.seconds[name] for row in rows)
                                 for name in rows[0].seconds})
 
 
@@ -231,8 +234,7 @@ def format_table(job: Job, rows: Sequence[Row]) -> str:
     lines = [
         f"# gcurun allreduce: {job.size} ranks on {job.hosts} host(s), float32 sum, in place",
         "# ring(b) = gcurun's ring on backend b; native = the MPI library's MPI_Allreduce",
-        "# time = mean per call of the slowest rank (best of the rounds, median of the "
-        "repeats); "
+        "# time = mean per call of the slowest rank, best of the rounds of every pass; "
         f"busbw = algbw x 2(n-1)/n = algbw x {factor:.2f}",
         "#",
     ]

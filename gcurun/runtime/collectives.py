@@ -14,13 +14,18 @@ import numpy as np
 from gcurun.errors import CollectiveError
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Transport
+from gcurun.runtime.arguments import (
+    dtype_error,
+    reduce_error,
+    reduce_op,
+    rows_error,
+    send_counts,
+)
 from gcurun.runtime.dtypes import (
     UFUNCS,
     aligned_empty,
     as_array,
     average,
-    check_reduce,
-    dtype_code,
     flat_contiguous,
     scale,
 )
@@ -114,8 +119,8 @@ class Communicator:
                     not inplace or tensor.flags.writeable):
                 return self._prepared_allreduce(plan, tensor, inplace)
         arr = as_array(tensor)
-        op, error = _reduce_op(op)
-        error = error or _reduce_error(arr, op, prescale_factor, postscale_factor)
+        op, error = reduce_op(op)
+        error = error or reduce_error(arr, op, prescale_factor, postscale_factor)
         request = Request(OpKind.ALLREDUCE, name, arr.dtype, arr.shape, op, error=error)
         src = flat_contiguous(arr)
         out = src if inplace else aligned_empty(len(src), arr.dtype)
@@ -144,9 +149,9 @@ class Communicator:
         """Rank r's rows of the reduction: the first dimension split as evenly as
         possible, the lower ranks taking one row more."""
         arr = as_array(tensor)
-        op, error = _reduce_op(op)
-        error = error or _reduce_error(arr, op, prescale_factor, postscale_factor) \
-            or _rows_error(arr)
+        op, error = reduce_op(op)
+        error = error or reduce_error(arr, op, prescale_factor, postscale_factor) \
+            or rows_error(arr)
         request = Request(OpKind.REDUCESCATTER, name, arr.dtype, arr.shape, op, error=error)
         src = flat_contiguous(arr)
         if prescale_factor != 1.0 and error is None:
@@ -168,8 +173,8 @@ class Communicator:
                    postscale: float) -> _Prepared | None:
         """How to allreduce tensors like ``tensor`` without the general path's
         preparations, or None when the general path must handle (and report) the call."""
-        rop, error = _reduce_op(op)
-        if error or _reduce_error(tensor, rop, 1.0, postscale):
+        rop, error = reduce_op(op)
+        if error or reduce_error(tensor, rop, 1.0, postscale):
             return None
         request = Request(OpKind.ALLREDUCE, name, tensor.dtype, tensor.shape, rop)
         invariant = self.negotiator.invariant(request)
@@ -242,7 +247,7 @@ class Communicator:
         """Every rank's tensor concatenated along the first dimension (which may differ
         between ranks)."""
         arr = as_array(tensor)
-        error = _dtype_error(arr) or _rows_error(arr)
+        error = dtype_error(arr) or rows_error(arr)
         rows = arr.shape[0] if arr.ndim else 0
         request = Request(OpKind.ALLGATHER, name, arr.dtype, arr.shape, varying=rows,
                           error=error)
@@ -268,7 +273,7 @@ class Communicator:
                   inplace: bool = False) -> np.ndarray:
         """``root_rank``'s tensor on every rank."""
         arr = as_array(tensor)
-        error = _dtype_error(arr) or self._root_error(root_rank)
+        error = dtype_error(arr) or self._root_error(root_rank)
         request = Request(OpKind.BROADCAST, name, arr.dtype, arr.shape, root=root_rank,
                           error=error)
         is_root = self.rank == root_rank
@@ -292,8 +297,8 @@ class Communicator:
         """Send rows ``splits[j]`` of ``tensor`` (in order) to rank j; return the rows
         received from every rank concatenated in rank order, and how many came from each."""
         arr = as_array(tensor)
-        send_rows, error = _splits(arr, splits, self.size)
-        error = _dtype_error(arr) or _rows_error(arr) or error
+        send_rows, error = send_counts(arr, splits, self.size)
+        error = dtype_error(arr) or rows_error(arr) or error
         request = Request(OpKind.ALLTOALL, name, arr.dtype, arr.shape,
                           varying=arr.shape[0] if arr.ndim else 0, error=error)
         p, r = self.size, self.rank
@@ -419,67 +424,6 @@ def _reduce_views(plan: _Prepared, tensor: np.ndarray, inplace: bool) -> np.ndar
     for view in views[2:]:
         plan.ufunc(out, view, out=out)
     return out
-
-
-def _dtype_error(arr: np.ndarray) -> str | None:
-    try:
-        dtype_code(arr.dtype)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def _reduce_op(op: Any) -> tuple[ReduceOp, str | None]:
-    try:
-        return ReduceOp(op), None
-    except ValueError:
-        return ReduceOp.SUM, (f"op={op!r} is not a reduce op; use Average, Sum, Min, Max or "
-                              "Product")
-
-
-_REDUCE_ERRORS: dict[tuple[np.dtype, ReduceOp, bool], str | None] = {}
-
-
-def _reduce_error(arr: np.ndarray, op: ReduceOp, prescale: float,
-                  postscale: float) -> str | None:
-    key = (arr.dtype, op, prescale != 1.0 or postscale != 1.0)
-    try:
-        return _REDUCE_ERRORS[key]
-    except KeyError:
-        pass
-    try:
-        dtype_code(arr.dtype)
-        check_reduce(op, arr.dtype, key[2])
-        error = None
-    except ValueError as exc:
-        error = str(exc)
-    if len(_REDUCE_ERRORS) < 1024:
-        _REDUCE_ERRORS[key] = error
-    return error
-
-
-def _rows_error(arr: np.ndarray) -> str | None:
-    if arr.ndim == 0:
-        return "a 0-d tensor has no first dimension; reshape it to (1,)"
-    return None
-
-
-def _splits(arr: np.ndarray, splits: Any, size: int) -> tuple[np.ndarray, str | None]:
-    """This rank's send counts per destination, or an error message."""
-    rows = arr.shape[0] if arr.ndim else 0
-    if splits is None:
-        if rows % size:
-            return np.zeros(size, np.int64), (
-                f"without splits the first dimension ({rows}) must divide evenly among "
-                f"{size} ranks; pass splits=[rows for rank 0, rank 1, ...]")
-        return np.full(size, rows // size, np.int64), None
-    counts = np.asarray(splits).reshape(-1)
-    if counts.dtype.kind not in "iu" or len(counts) != size or (counts < 0).any() \
-            or int(counts.sum()) != rows:
-        return np.zeros(size, np.int64), (
-            f"splits={counts.tolist()} must be {size} non-negative integers (one per rank) "
-            f"summing to the first dimension ({rows})")
-    return counts.astype(np.int64), None
 
 
 def _finish_reduction(out: np.ndarray, op: ReduceOp, size: int, postscale: float) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from gcurun.errors import UsageError
 
@@ -18,6 +18,8 @@ BACKENDS: tuple[BackendName, ...] = ("mpi", "tcp", "local")
 
 DEFAULT_TIMEOUT_SECONDS = 300.0
 DEFAULT_CHUNK_BYTES = 2 << 20
+DEFAULT_CACHE_CAPACITY = 1024
+DEFAULT_TIMELINE_MAX_MB = 1024.0
 
 # Variables that MPI launchers (mpirun of Open MPI, MPICH/Hydra, Intel MPI, MVAPICH,
 # srun with PMI/PMIx) set on every rank they start.
@@ -60,8 +62,10 @@ class RuntimeEnv:
     cycle_time_ms: float = 1.0
     timeline: str | None = None
     timeline_mark_cycles: bool = False
-    stall_check_warning_seconds: float = 60.0
+    stall_check_warning_seconds: float = 60.0     # 0 disables the warnings
     stall_check_shutdown_seconds: float = 0.0     # 0 disables the shutdown
+    cache_capacity: int = DEFAULT_CACHE_CAPACITY  # GCURUN_CACHE_CAPACITY: negotiation cache
+    timeline_max_mb: float = DEFAULT_TIMELINE_MAX_MB
 
 
 def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
@@ -81,15 +85,56 @@ def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
         cma=_flag(environ, "GCURUN_CMA", True),
         rings=_flag(environ, "GCURUN_SHM", True),
         chunk_bytes=int(_positive(environ, "GCURUN_CHUNK_BYTES", DEFAULT_CHUNK_BYTES)),
-        fusion_threshold_mb=_non_negative(environ, "GCURUN_FUSION_THRESHOLD_MB", 64.0),
-        cycle_time_ms=_positive(environ, "GCURUN_CYCLE_TIME_MS", 1.0),
-        timeline=_text(environ, "GCURUN_TIMELINE"),
-        timeline_mark_cycles=_flag(environ, "GCURUN_TIMELINE_MARK_CYCLES", False),
-        stall_check_warning_seconds=_non_negative(
-            environ, "GCURUN_STALL_CHECK_WARNING_SECONDS", 60.0),
-        stall_check_shutdown_seconds=_non_negative(
-            environ, "GCURUN_STALL_CHECK_SHUTDOWN_SECONDS", 0.0),
+        **_engine_knobs(environ),
     )
+
+
+# Horovod's names for the engine's knobs (a script run directly under mpirun may set
+# them); a GCURUN_* variable wins over its twin.
+HOROVOD_TWINS = {
+    "GCURUN_CYCLE_TIME_MS": "HOROVOD_CYCLE_TIME",
+    "GCURUN_TIMELINE": "HOROVOD_TIMELINE",
+    "GCURUN_TIMELINE_MARK_CYCLES": "HOROVOD_TIMELINE_MARK_CYCLES",
+    "GCURUN_STALL_CHECK_WARNING_SECONDS": "HOROVOD_STALL_CHECK_TIME_SECONDS",
+    "GCURUN_STALL_CHECK_SHUTDOWN_SECONDS": "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+    "GCURUN_CACHE_CAPACITY": "HOROVOD_CACHE_CAPACITY",
+}
+
+
+def _pick(environ: Mapping[str, str], name: str) -> str:
+    """The variable that sets knob ``name``: itself when set, else its Horovod twin."""
+    twin = HOROVOD_TWINS.get(name)
+    if environ.get(name, "").strip() or twin is None or not environ.get(twin, "").strip():
+        return name
+    return twin
+
+
+def _engine_knobs(environ: Mapping[str, str]) -> dict[str, Any]:
+    if not environ.get("GCURUN_FUSION_THRESHOLD_MB", "").strip() and \
+            environ.get("HOROVOD_FUSION_THRESHOLD", "").strip():
+        threshold = _non_negative(environ, "HOROVOD_FUSION_THRESHOLD", 0) / (1 << 20)
+    else:
+        threshold = _non_negative(environ, "GCURUN_FUSION_THRESHOLD_MB", 64.0)
+    warning = _non_negative(environ, _pick(environ, "GCURUN_STALL_CHECK_WARNING_SECONDS"),
+                            60.0)
+    if not environ.get("GCURUN_STALL_CHECK_WARNING_SECONDS", "").strip() and \
+            _flag(environ, "HOROVOD_STALL_CHECK_DISABLE", False):
+        warning = 0.0
+    capacity = _pick(environ, "GCURUN_CACHE_CAPACITY")
+    return {
+        "fusion_threshold_mb": threshold,
+        "cycle_time_ms": _positive(environ, _pick(environ, "GCURUN_CYCLE_TIME_MS"), 1.0),
+        "timeline": _text(environ, _pick(environ, "GCURUN_TIMELINE")),
+        "timeline_mark_cycles": _flag(environ, _pick(environ, "GCURUN_TIMELINE_MARK_CYCLES"),
+                                      False),
+        "stall_check_warning_seconds": warning,
+        "stall_check_shutdown_seconds": _non_negative(
+            environ, _pick(environ, "GCURUN_STALL_CHECK_SHUTDOWN_SECONDS"), 0.0),
+        "cache_capacity": _int(environ, capacity, 0) if environ.get(capacity, "").strip()
+        else DEFAULT_CACHE_CAPACITY,
+        "timeline_max_mb": _positive(environ, "GCURUN_TIMELINE_MAX_MB",
+                                     DEFAULT_TIMELINE_MAX_MB),
+    }
 
 
 def read_runtime_env() -> RuntimeEnv:

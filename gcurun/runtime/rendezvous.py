@@ -137,8 +137,7 @@ class RendezvousServer:
     # -- the serving thread ---------------------------------------------------------------
 
     def _bind(self) -> socket.socket:
-        shown = f"[{self._host}]:{self._port}" if ":" in self._host else \
-            f"{self._host}:{self._port}"
+        shown = wire.show_address((self._host, self._port))
         try:
             family, kind, proto, _, addr = socket.getaddrinfo(
                 self._host, self._port, type=socket.SOCK_STREAM)[0]
@@ -345,7 +344,7 @@ class RendezvousServer:
 
     def _refuse(self, conn: _Conn, conns: dict[socket.socket, _Conn], why: str) -> None:
         log.warning("rendezvous %s: refused the connection from %s: %s",
-                    _show(self.address), conn.peer, why)
+                    wire.show_address(self.address), conn.peer, why)
         self._drop(conn, conns, quiet=True)
 
     def _lost(self, conn: _Conn, conns: dict[socket.socket, _Conn]) -> None:
@@ -371,7 +370,3 @@ class RendezvousServer:
             if not members:
                 self._generations.pop(gen, None)
 
-
-def _show(address: tuple[str, int]) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

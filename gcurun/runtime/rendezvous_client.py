@@ -13,11 +13,6 @@ from gcurun.runtime.api import CollectiveTimeout, PeerFailureError
 from gcurun.runtime.rendezvous import LABEL
 
 
-def _show(address: tuple[str, int]) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class RendezvousClient:
     """One authenticated connection to the job's rendezvous, open for the job's life.
 
@@ -43,7 +38,7 @@ class RendezvousClient:
         """Connect and authenticate; returns this host's address on the route to the
         rendezvous (where peers on other hosts can reach this rank)."""
         deadline = time.monotonic() + self._timeout
-        shown = _show(self.address)
+        shown = wire.show_address(self.address)
         sock = self._dial(deadline)
         try:
             server_nonce, client_nonce = wire.client_handshake(
@@ -73,7 +68,7 @@ class RendezvousClient:
             except OSError as exc:
                 if time.monotonic() + 0.1 > deadline:
                     raise CollectiveTimeout(
-                        f"cannot reach the rendezvous at {_show(self.address)} "
+                        f"cannot reach the rendezvous at {wire.show_address(self.address)} "
                         f"({exc.strerror or exc}); is the launcher running and "
                         "GCURUN_RENDEZVOUS an address this host can reach?") from None
                 time.sleep(0.1)
@@ -147,8 +142,9 @@ class RendezvousClient:
                     break
         except (wire.WireError, KeyError, TypeError, ValueError, OSError) as exc:
             if not self._closing:
-                reason = (f"lost the connection to the rendezvous at {_show(self.address)} "
-                          f"({exc}); the launcher stopped or the network failed")
+                where = wire.show_address(self.address)
+                reason = (f"lost the connection to the rendezvous at {where} ({exc}); the "
+                          "launcher stopped or the network failed")
         if reason is not None and not self._closing:
             self._error = self._error or reason
             self._answered.set()

@@ -48,6 +48,12 @@ def same(a: bytes, b: bytes) -> bool:
     return hmac.compare_digest(a, b)
 
 
+def show_address(address: tuple[str, int]) -> str:
+    """``host:port``, with brackets around an IPv6 host."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _remaining(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:

@@ -91,6 +91,11 @@ def test_locality_and_launcher_choice():
                        master_addr="10.0.0.1")
     assert mixed.launcher == "ssh" and [r.is_local for r in mixed.ranks] == [True, False]
     assert mixed.ranks[1].env["MASTER_ADDR"] == "10.0.0.1"
+    here_first = build_plan((HostSpec("localhost", 1), HostSpec("b", 1)), ["x"],
+                            this_host="launcher.example")
+    assert here_first.master_addr == "launcher.example"
+    remote_first = build_plan((HostSpec("b", 1), HostSpec("localhost", 1)), ["x"])
+    assert remote_first.master_addr == "b"
 
 
 def test_empty_command_and_hosts():

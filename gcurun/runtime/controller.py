@@ -1,0 +1,418 @@
+"""One negotiation per engine cycle: which named ops are ready on every rank.
+
+Each cycle every rank contributes one fixed-size block, gathered by every rank in one
+small collective (a single exchange for two ranks, Bruck's allgather for more):
+
+    bytes 0-7    flags: uncached requests follow, shutdown, joined, coordinator news
+    bytes 8-15   the response cache's epoch (equal on every rank, or the protocol broke)
+    bytes 16-    one bit per response-cache slot: "my op for this cached name is ready"
+
+The response cache (Horovod's idea) holds the agreed op of names negotiated before, in the
+same slots on every rank because every rank applies the same updates in the same order.
+In steady-state training every tensor is cached, so the ANDed bits say what is ready
+everywhere and nothing else is exchanged: one small collective per cycle.
+
+Names not in the cache take the slow path in the cycles where some rank has them: the
+ranks that do send their descriptions to rank 0, which keeps a table of who described
+what, judges each name once every rank has (:func:`requests.agree`), and broadcasts the
+response: agreed ops (which every rank then caches), errors, evictions, stall reports. A
+rank whose op does not match its cached agreement sends it uncached with a conflict
+mark; rank 0 evicts that name, so every rank renegotiates it and the mismatch becomes an
+error on every rank.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gcurun.runtime import algorithms as alg
+from gcurun.runtime.api import ArgumentError, CollectiveError, MismatchError, Transport
+from gcurun.runtime.negotiate import OpKind, prepared_sendrecv
+from gcurun.runtime.requests import CACHEABLE, PENDING, Agreed, Op, agree, describe
+from gcurun.runtime.stall import CHECK_INTERVAL, Stalled, StallInspector, stall_warning
+from gcurun.runtime.timeline import Timeline
+
+log = logging.getLogger("gcurun.runtime.engine")
+
+UNCACHED, SHUTDOWN, JOINED, NEWS = 1, 2, 4, 8
+HEAD_BYTES = 16
+ERRORS: dict[str, type[CollectiveError]] = {"MismatchError": MismatchError,
+                                            "ArgumentError": ArgumentError}
+
+
+class ProtocolError(CollectiveError):
+    """The ranks' engines fell out of step: a bug, or ranks of different gcurun versions."""
+
+
+class ResponseCache:
+    """Agreed ops by name in numbered slots, least recently used evicted first. Every
+    rank makes the same calls in the same order, so slots match across ranks."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.by_name: dict[str, tuple[int, Agreed]] = {}
+        self.by_slot: list[Agreed | None] = [None] * capacity
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._free = list(range(capacity))
+        self.epoch = 0
+
+    def get(self, name: str) -> tuple[int, Agreed] | None:
+        return self.by_name.get(name)
+
+    def put(self, agreed: Agreed) -> None:
+        if not self.capacity:
+            return
+        old = self.by_name.get(agreed.name)
+        if old is not None:
+            if old[1] == agreed:
+                self.touch(agreed.name)
+                return
+            self.evict(agreed.name)
+        if not self._free:
+            self.evict(next(iter(self._recent)))
+        slot = heapq.heappop(self._free)
+        self.by_name[agreed.name] = (slot, agreed)
+        self.by_slot[slot] = agreed
+        self._recent[agreed.name] = None
+        self.epoch += 1
+
+    def evict(self, name: str) -> None:
+        entry = self.by_name.pop(name, None)
+        if entry is not None:
+            self.by_slot[entry[0]] = None
+            del self._recent[name]
+            heapq.heappush(self._free, entry[0])
+            self.epoch += 1
+
+    def touch(self, name: str) -> None:
+        if name in self._recent:
+            self._recent.move_to_end(name)
+
+
+@dataclass
+class Outcome:
+    """What one cycle decided, the same on every rank."""
+
+    ready: list[Agreed] = field(default_factory=list)       # in execution order
+    errors: list[tuple[str, CollectiveError]] = field(default_factory=list)
+    joined: frozenset[int] = frozenset()
+    join_done: int | None = None            # all ranks joined; the last one to join
+    shutdown: str | None = None             # 'rank N': the first rank shutting down
+    stalled: str | None = None              # the stall inspector shut the job down
+
+
+@dataclass
+class _Waiting:
+    """The coordinator's record of a name not (yet) cached."""
+
+    descs: dict[int, dict[str, Any]]
+    op: str
+
+
+class Controller:
+    """The negotiation state of one rank; driven by the engine thread only."""
+
+    def __init__(self, transport: Transport, capacity: int, chunk_bytes: int,
+                 timeline: Timeline | None = None, stall: StallInspector | None = None):
+        self.t = transport
+        self.rank, self.size = transport.rank, transport.size
+        self.capacity = capacity
+        self.cache = ResponseCache(capacity)
+        self.chunk_bytes = chunk_bytes
+        self.timeline = timeline
+        self.stall = stall if self.rank == 0 else None
+        width = HEAD_BYTES + (capacity + 7) // 8
+        self.width = width
+        self.gathered = np.zeros(self.size * width, np.uint8)
+        self.mine = self.gathered[self.rank * width:(self.rank + 1) * width]
+        self.slots = np.zeros(capacity, np.bool_)         # my ready bits, unpacked
+        self._work = np.zeros_like(self.gathered)
+        self._exchange = self._make_exchange()
+        self._unresolved: list[Op] = []
+        self._epoch_seen = -1
+        self._use_cache = True
+        self._joined_at: dict[int, int] = {}
+        self._cycle = 0
+        # Rank 0 only: the table of uncached names, and what it must broadcast next.
+        self._table: dict[str, _Waiting] = {}
+        self._news: dict[str, Any] = {}
+        self._next_check = 0.0
+        # Missing ranks of waiting tensors, as the coordinator reported them.
+        self.missing: dict[str, tuple[int, ...]] = {}
+        self._negotiating: dict[str, set[int]] = {}
+        self.slow_paths = 0          # cycles that needed more than the one exchange
+        self.described = 0           # ops of this rank that were not in the cache
+
+    def _make_exchange(self) -> Callable[[], None]:
+        if self.size == 1:
+            return lambda: None
+        if self.size == 2:
+            peer = 1 - self.rank
+            theirs = self.gathered[peer * self.width:(peer + 1) * self.width]
+            return prepared_sendrecv(self.t, self.mine, peer, theirs, peer)
+        return lambda: alg.bruck_allgather(self.t, self.mine, self._work, self.gathered)
+
+    # -- the cycle ------------------------------------------------------------------------
+
+    def admit(self, op: Op) -> None:
+        """A new op of this rank, to be negotiated from the next cycle on."""
+        self._unresolved.append(op)
+
+    def forget(self, op: Op) -> None:
+        """``op`` ran or failed: its bit no longer says ready."""
+        if op.position >= 0:
+            self.slots[op.position] = False
+            op.position = -1
+
+    def cycle(self, pending: dict[str, Op], *, shutdown: bool, joined: bool,
+              now_ns: int) -> Outcome:
+        """Negotiate once. ``pending`` maps names to this rank's waiting ops."""
+        self._cycle += 1
+        to_send = self._resolve(pending)
+        flags = (UNCACHED if to_send else 0) | (SHUTDOWN if shutdown else 0) | \
+            (JOINED if joined else 0) | (NEWS if self._news else 0)
+        head = self.mine[:HEAD_BYTES].view(np.uint64)
+        head[0], head[1] = flags, self.cache.epoch
+        self.mine[HEAD_BYTES:] = np.packbits(self.slots, bitorder="little")
+        self._exchange()
+        blocks = self.gathered.reshape(self.size, self.width)
+        heads = blocks[:, :HEAD_BYTES].copy().view(np.uint64)
+        if (heads[:, 1] != self.cache.epoch).any():
+            raise ProtocolError(f"the engines' response caches differ (epochs "
+                                f"{heads[:, 1].tolist()}); ranks run different gcurun "
+                                "versions or settings")
+        all_flags = [int(f) for f in heads[:, 0]]
+        outcome = Outcome(joined=frozenset(r for r, f in enumerate(all_flags) if f & JOINED))
+        ready = self._ready_slots(blocks)
+        outcome.ready = [entry for entry in (self.cache.by_slot[s] for s in ready)
+                         if entry is not None]
+        if any(f & (UNCACHED | NEWS) for f in all_flags):
+            self._slow_path(to_send, all_flags, outcome)
+        if self.timeline is not None or (self.stall is not None
+                                         and time.monotonic() >= self._next_check):
+            self._inspect(blocks, pending, outcome, now_ns)
+        self._update_joins(outcome)
+        if any(f & SHUTDOWN for f in all_flags):
+            first = next(r for r, f in enumerate(all_flags) if f & SHUTDOWN)
+            outcome.shutdown = f"rank {first}"
+        for entry in outcome.ready:
+            self.cache.touch(entry.name)
+        self._use_cache = not outcome.joined
+        return outcome
+
+    def _resolve(self, pending: dict[str, Op]) -> list[tuple[Op, bool]]:
+        """Set the bits of this rank's ops that match cached agreements; return the ops
+        to describe to the coordinator, each with its conflict mark."""
+        if self.cache.epoch != self._epoch_seen or not self._use_cache:
+            self._epoch_seen = self.cache.epoch
+            self.slots[:] = False
+            candidates: Iterable[Op] = pending.values()
+            self._unresolved.clear()
+            for op in pending.values():
+                op.position = -1
+        else:
+            candidates, self._unresolved = self._unresolved, []
+        to_send = []
+        for op in candidates:
+            if op.sent or op.state != PENDING:
+                continue
+            entry = self.cache.get(op.name) if self._use_cache else None
+            if entry is not None and op.cacheable and entry[1].key_for(self.rank) == op.key:
+                op.position = entry[0]
+                self.slots[entry[0]] = True
+            else:
+                to_send.append((op, entry is not None))
+        return to_send
+
+    def _ready_slots(self, blocks: np.ndarray) -> list[int]:
+        bits = blocks[:, HEAD_BYTES:]
+        if self.size == 2:
+            both = np.bitwise_and(bits[0], bits[1])
+        else:
+            both = np.bitwise_and.reduce(bits, axis=0) if self.size > 1 else bits[0]
+        if not both.any():
+            return []
+        return np.flatnonzero(np.unpackbits(both, bitorder="little")).tolist()
+
+    # -- the slow path --------------------------------------------------------------------
+
+    def _slow_path(self, to_send: list[tuple[Op, bool]], flags: list[int],
+                   outcome: Outcome) -> None:
+        self.slow_paths += 1
+        payload = b""
+        if flags[self.rank] & UNCACHED:
+            payload = json.dumps([describe(op, self.rank, conflict)
+                                  for op, conflict in to_send]).encode()
+            self.described += len(to_send)
+            for op, _ in to_send:
+                op.sent = True
+        if self.rank == 0:
+            evict: list[str] = []
+            for rank in range(self.size):
+                if flags[rank] & UNCACHED:
+                    data = payload if rank == 0 else self._recv_bytes(rank)
+                    self._take(json.loads(data), evict)
+            response = self._respond(outcome.joined, evict)
+            self._bcast_bytes(json.dumps(response).encode())
+        else:
+            if payload:
+                self._send_bytes(payload, 0)
+            response = json.loads(self._bcast_bytes(b""))
+        self._apply(response, outcome)
+
+    def _take(self, descs: list[dict[str, Any]], evict: list[str]) -> None:
+        for desc in descs:
+            name = desc["name"]
+            waiting = self._table.get(name)
+            if waiting is None:
+                waiting = self._table[name] = _Waiting({}, desc["op"])
+            waiting.descs[desc["rank"]] = desc
+            if desc["conflict"] and name not in evict:
+                evict.append(name)
+
+    def _respond(self, joined: frozenset[int], evict: list[str]) -> dict[str, Any]:
+        """Rank 0: judge every name that every rank has now described."""
+        ops, errors = [], []
+        for name in list(self._table):
+            waiting = self._table[name]
+            if len(waiting.descs.keys() | joined) < self.size:
+                continue
+            del self._table[name]
+            verdict = agree(waiting.descs, self.size, joined - waiting.descs.keys())
+            if isinstance(verdict, Agreed):
+                ops.append(verdict.to_json())
+            else:
+                errors.append([name, type(verdict).__name__, str(verdict)])
+        response: dict[str, Any] = {"ops": ops, "errors": errors, "evict": evict}
+        response.update(self._news)
+        self._news = {}
+        return response
+
+    def _apply(self, response: dict[str, Any], outcome: Outcome) -> None:
+        for name in response["evict"]:
+            self.cache.evict(name)
+        for item in response["ops"]:
+            agreed = Agreed.from_json(item)
+            if OpKind(agreed.kind) in CACHEABLE:
+                self.cache.put(agreed)
+            outcome.ready.append(agreed)
+        for name, kind, message in response["errors"]:
+            outcome.errors.append((name, ERRORS[kind](message)))
+        for name, missing in response.get("report", []):
+            self.missing[name] = tuple(missing)
+        if response.get("shutdown"):
+            outcome.stalled = response["shutdown"]
+
+    def _send_bytes(self, data: bytes, dest: int) -> None:
+        self.t.send(np.array([len(data)], np.uint64), dest)
+        self.t.send(np.frombuffer(data, np.uint8), dest)
+
+    def _recv_bytes(self, source: int) -> bytes:
+        length = np.zeros(1, np.uint64)
+        self.t.recv(length, source)
+        data = np.empty(int(length[0]), np.uint8)
+        self.t.recv(data, source)
+        return data.tobytes()
+
+    def _bcast_bytes(self, data: bytes) -> bytes:
+        if self.size == 1:
+            return data
+        length = np.array([len(data)], np.uint64)
+        alg.broadcast(self.t, length, 0, 1)
+        buf = np.frombuffer(data, np.uint8).copy() if self.rank == 0 else \
+            np.empty(int(length[0]), np.uint8)
+        alg.broadcast(self.t, buf, 0, self.chunk_bytes)
+        return buf.tobytes()
+
+    # -- join -----------------------------------------------------------------------------
+
+    def _update_joins(self, outcome: Outcome) -> None:
+        for rank in outcome.joined:
+            self._joined_at.setdefault(rank, self._cycle)
+        for rank in [r for r in self._joined_at if r not in outcome.joined]:
+            del self._joined_at[rank]
+        if len(outcome.joined) == self.size:
+            outcome.join_done = max(self._joined_at, key=lambda r: (self._joined_at[r], r))
+            self._joined_at.clear()
+
+    # -- rank 0: timeline and stall inspection --------------------------------------------
+
+    def _inspect(self, blocks: np.ndarray, pending: dict[str, Op], outcome: Outcome,
+                 now_ns: int) -> None:
+        """Who is ready for what, for the timeline's negotiation marks and the stall
+        inspector. Rank 0 sees every rank's cached bits, the table of uncached names and
+        what this cycle found ready everywhere."""
+        ready: dict[str, tuple[str, set[int]]] = {}
+        bits = np.unpackbits(blocks[:, HEAD_BYTES:], axis=1, bitorder="little")
+        for slot in np.flatnonzero(bits.any(axis=0)).tolist():
+            entry = self.cache.by_slot[slot]
+            if entry is not None:
+                ranks = set(np.flatnonzero(bits[:, slot]).tolist()) | outcome.joined
+                ready[entry.name] = (OpKind(entry.kind).name, ranks)
+        for name, waiting in self._table.items():
+            ready[name] = (waiting.op.upper(), set(waiting.descs) | outcome.joined)
+        everyone = set(range(self.size))
+        for agreed in outcome.ready:
+            ready[agreed.name] = (OpKind(agreed.kind).name, everyone)
+        for name, op in pending.items():
+            if op.state == PENDING and name not in ready:
+                ready[name] = (op.kind.name, {0} | outcome.joined)
+        if self.timeline is not None:
+            self._mark(ready, pending, now_ns)
+        now = time.monotonic()
+        if self.stall is not None and now >= self._next_check:
+            self._next_check = now + CHECK_INTERVAL
+            self._stall_check({name: (op.lower(), frozenset(ranks)) for name, (op, ranks)
+                               in ready.items() if len(ranks) < self.size}, now)
+
+    def _mark(self, ready: dict[str, tuple[str, set[int]]], pending: dict[str, Op],
+              now_ns: int) -> None:
+        timeline = self.timeline
+        assert timeline is not None
+        for name, (op, ranks) in ready.items():
+            seen = self._negotiating.get(name)
+            own = pending.get(name)
+            if seen is None:
+                seen = self._negotiating[name] = set()
+                start = own.submitted_ns if own is not None else now_ns
+                timeline.negotiate_start(name, op, start)
+            for rank in sorted(ranks - seen):
+                at = own.submitted_ns if rank == self.rank and own is not None else now_ns
+                timeline.negotiate_rank(name, rank, at)
+            seen |= ranks
+
+    def negotiated(self, name: str, now_ns: int) -> None:
+        """Close the negotiation span of ``name`` (it is about to run)."""
+        if self.timeline is not None and self._negotiating.pop(name, None) is not None:
+            self.timeline.negotiate_end(name, now_ns)
+
+    def _stall_check(self, waiting: dict[str, tuple[str, frozenset[int]]],
+                     now: float) -> None:
+        assert self.stall is not None
+        warn, report, shutdown = self.stall.observe(waiting, now)
+        if warn:
+            log.warning(stall_warning(warn, self.stall.warning_seconds))
+        if report:
+            self._news.setdefault("report", []).extend(
+                [s.name, list(s.missing)] for s in report)
+            for s in report:
+                self.missing[s.name] = s.missing
+        if shutdown is not None:
+            self._news["shutdown"] = _shutdown_reason(shutdown, self.stall.shutdown_seconds)
+
+
+def _shutdown_reason(stalled: Stalled, seconds: float) -> str:
+    from gcurun.runtime.stall import format_ranks
+
+    return (f"the stall inspector shut the job down: {stalled.op} {stalled.name!r} waited "
+            f"{stalled.waited:.1f} s for {format_ranks(stalled.missing)} "
+            f"(GCURUN_STALL_CHECK_SHUTDOWN_SECONDS={seconds:g})")

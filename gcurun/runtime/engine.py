@@ -1,0 +1,366 @@
+"""The background engine: one thread per process that negotiates, fuses and runs every
+collective of the job.
+
+Callers submit ops and get integer handles back at once; the engine thread runs cycles.
+In a cycle it takes the newly submitted ops, negotiates with every rank which named ops
+are ready everywhere (:mod:`gcurun.runtime.controller`), runs those in one order on
+every rank, fused where possible (:mod:`gcurun.runtime.executor`), and completes their
+handles. A mismatch fails that op on every rank and the engine carries on; a dead peer
+or a transport timeout fails every pending op and the engine stops.
+
+Pacing: while ops wait, a cycle starts every ``cycle_time_ms`` (so that ops submitted
+close together are fused); an engine with nothing to do starts its next cycle as soon as
+an op is submitted, or after ``IDLE_TICK`` seconds, to keep the other ranks' cycles
+going (every cycle is a collective).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gcurun.errors import CollectiveError, UsageError
+from gcurun.runtime import algorithms as alg
+from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, Transport
+from gcurun.runtime.controller import Controller, Outcome, ProtocolError
+from gcurun.runtime.env import RuntimeEnv
+from gcurun.runtime.executor import Executor
+from gcurun.runtime.negotiate import OpKind
+from gcurun.runtime.requests import AGREED, PENDING, Op
+from gcurun.runtime.stall import StallInspector, format_ranks
+from gcurun.runtime.timeline import Timeline, timeline_path
+
+log = logging.getLogger("gcurun.runtime.engine")
+
+IDLE_TICK = 0.01
+PROTOCOL_VERSION = 1
+MIB = 1 << 20
+
+
+class HandleError(CollectiveError, ValueError):
+    """A handle that is unknown or already synchronized, or a name submitted twice."""
+
+
+class Handle:
+    """What a caller waits for: one op, or the ops of a grouped call."""
+
+    __slots__ = ("ops", "grouped")
+
+    def __init__(self, ops: list[Op], grouped: bool):
+        self.ops = ops
+        self.grouped = grouped
+
+
+class Engine:
+    """The engine of one rank. Start it with :func:`start_engine`."""
+
+    def __init__(self, transport: Transport, env: RuntimeEnv, *, capacity: int,
+                 threshold_bytes: int, chunk_bytes: int):
+        self.t = transport
+        self.rank, self.size = transport.rank, transport.size
+        self.timeout = env.timeout_seconds
+        self.cycle_seconds = env.cycle_time_ms / 1000
+        self.threshold_bytes = threshold_bytes
+        path = timeline_path(env.timeline, self.rank) if env.timeline else None
+        self.timeline = None if path is None else Timeline(
+            path, max_bytes=int(env.timeline_max_mb * MIB),
+            mark_cycles=env.timeline_mark_cycles, rank=self.rank, size=self.size)
+        # Every rank learns who is missing well before its synchronize() gives up.
+        report = min(self.timeout / 4, env.stall_check_warning_seconds or self.timeout)
+        stall = StallInspector(self.size, env.stall_check_warning_seconds,
+                               env.stall_check_shutdown_seconds, report)
+        self.controller = Controller(transport, capacity, chunk_bytes, self.timeline, stall)
+        self.executor = Executor(transport, chunk_bytes, threshold_bytes, self.timeline)
+        self._lock = threading.Condition()
+        self._incoming: list[Op] = []
+        self._handles: dict[int, Handle] = {}
+        self._next_handle = 1
+        self._counters: dict[str, int] = {}
+        self._pending: dict[str, Op] = {}           # the engine thread's own
+        self._joining: Op | None = None
+        self._stop_requested = False
+        self._failure: str | None = None            # set once the engine cannot go on
+        self._ended = False                         # no more cycles, ever
+        # Held while a cycle runs: by the engine thread, or by a caller waiting in
+        # synchronize() while the engine thread is idle (saving two thread switches).
+        self._cycling = threading.Lock()
+        self._last_start = 0.0
+        self.cycles = 0
+        self._thread = threading.Thread(target=self._run, name="gcurun-engine", daemon=True)
+        self._thread.start()
+
+    # -- the caller's side ----------------------------------------------------------------
+
+    def auto_name(self, label: str) -> str:
+        """The next name for an unnamed op of kind ``label`` (``allreduce.noname.3``):
+        unnamed calls must come in the same order on every rank."""
+        with self._lock:
+            n = self._counters.get(label, 0)
+            self._counters[label] = n + 1
+        return f"{label}.noname.{n}"
+
+    def submit(self, ops: Sequence[Op], grouped: bool = False) -> int:
+        """Queue ``ops`` for the engine (all in one cycle); return their handle. Never
+        blocks; an engine that stopped fails the ops at once."""
+        with self._lock:
+            handle = self._next_handle
+            self._next_handle += 1
+            self._handles[handle] = Handle(list(ops), grouped)
+            if self._failure is not None:
+                for op in ops:
+                    op.finish(exception=PeerFailureError(
+                        f"{op.title}: the job failed earlier ({self._failure}); call "
+                        "shutdown() and init() to start again"))
+            else:
+                self._incoming.extend(ops)
+                self._lock.notify()
+        return handle
+
+    def poll(self, handle: int) -> bool:
+        """Whether ``handle``'s ops are done (never blocks)."""
+        with self._lock:
+            found = self._handles.get(handle)
+        if found is None:
+            raise _unknown(handle)
+        return all(op.done.is_set() for op in found.ops)
+
+    def synchronize(self, handle: int) -> Any:
+        """Wait for ``handle``'s ops; return the result (a list for grouped ops) or raise
+        the first op's error. A handle can be synchronized once."""
+        with self._lock:
+            found = self._handles.pop(handle, None)
+        if found is None:
+            raise _unknown(handle)
+        for op in found.ops:
+            self._wait(op)
+        for op in found.ops:
+            if op.exception is not None:
+                raise op.exception
+        results = [op.result for op in found.ops]
+        return results if found.grouped else results[0]
+
+    def _wait(self, op: Op) -> None:
+        deadline = time.monotonic() + self.timeout
+        if not op.done.is_set() and self._cycling.acquire(blocking=False):
+            try:
+                while not op.done.is_set() and not self._ended and \
+                        time.monotonic() < deadline:
+                    self._one_cycle()
+            finally:
+                self._cycling.release()
+        grace = True
+        while not op.done.wait(max(0.0, deadline - time.monotonic())):
+            if op.state != PENDING:
+                # Running: the transport's own timeout bounds it.
+                deadline = time.monotonic() + self.timeout
+                continue
+            missing = self.controller.missing.get(op.name)
+            if missing is None and grace:
+                # Rank 0 reports who is missing; give its report a moment to arrive.
+                grace = False
+                deadline = time.monotonic() + min(1.0, self.timeout / 4)
+                continue
+            who = (format_ranks(missing) + (" (not submitted there)" if missing else "")
+                   if missing else "the other ranks to submit it")
+            raise CollectiveTimeout(
+                f"{op.title}: no progress for {self.timeout:g} s waiting for {who}; they "
+                "may be stuck, or submitting other tensors (set GCURUN_TIMEOUT_SECONDS to "
+                "wait longer)")
+
+    def join_op(self) -> Op:
+        return Op(OpKind.BARRIER, "gcurun.join")
+
+    def stop(self) -> None:
+        """Shut down: the next cycle tells every rank, every engine stops after it."""
+        with self._lock:
+            self._stop_requested = True
+            self._lock.notify()
+        self._thread.join(self.timeout + 10)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    # -- the engine thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while self._wait_for_work():
+                with self._cycling:
+                    # A caller may have run the cycles while this thread waited.
+                    if self._due() <= time.monotonic():
+                        self._one_cycle()
+        finally:
+            if self.timeline is not None:
+                self.timeline.close()
+
+    def _one_cycle(self) -> None:
+        """Run a cycle (holding ``_cycling``); on the way out of the engine's life, mark it
+        ended so that every thread stops running cycles."""
+        if self._ended:
+            return
+        try:
+            if self._cycle():
+                return
+        except (PeerFailureError, CollectiveTimeout) as exc:
+            self._fail(exc, abort=True)
+        except BaseException as exc:  # a bug: every rank must hear of it, not hang
+            log.exception("rank %d: the gcurun engine failed", self.rank)
+            self._fail(ProtocolError(f"the engine of rank {self.rank} failed: "
+                                     f"{type(exc).__name__}: {exc}"), abort=True)
+        with self._lock:
+            self._ended = True
+            self._lock.notify_all()
+
+    def _wait_for_work(self) -> bool:
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                if self._ended:
+                    return False
+                due = self._due()
+                if now >= due:
+                    return True
+                self._lock.wait(due - now)
+
+    def _due(self) -> float:
+        """When the next cycle should start: now when asked to stop or when ops arrive at
+        an idle engine; a cycle time after the last one while ops wait; else after
+        ``IDLE_TICK``."""
+        if self._stop_requested or self._ended:
+            return 0.0
+        if self._pending or self._joining is not None:
+            return self._last_start + self.cycle_seconds
+        if self._incoming:
+            return 0.0
+        return self._last_start + IDLE_TICK
+
+    def _cycle(self) -> bool:
+        self._last_start = time.monotonic()
+        self.cycles += 1
+        with self._lock:
+            incoming, self._incoming = self._incoming, []
+            stop = self._stop_requested
+        for op in incoming:
+            self._admit(op)
+        now_ns = time.monotonic_ns()
+        if self.timeline is not None:
+            self.timeline.cycle(now_ns)
+        outcome = self.controller.cycle(self._pending, shutdown=stop,
+                                        joined=self._joining is not None, now_ns=now_ns)
+        self._run_outcome(outcome)
+        if self.timeline is not None:
+            self.timeline.maybe_flush()
+        if outcome.stalled is not None:
+            reason = outcome.stalled
+            self._fail_all(lambda op: CollectiveTimeout(f"{op.title}: {reason}"), reason)
+            return False
+        if outcome.shutdown is not None:
+            who = outcome.shutdown
+            self._fail_all(lambda op: PeerFailureError(
+                f"{op.title}: {who} called shutdown() before every rank submitted this op"),
+                f"{who} called shutdown(), so no collective can run any more")
+            return False
+        return True
+
+    def _admit(self, op: Op) -> None:
+        if op.name == "gcurun.join" and op.kind == OpKind.BARRIER:
+            if self._joining is not None:
+                op.finish(exception=HandleError("join(): this rank has already joined"))
+            else:
+                self._joining = op
+            return
+        if op.name in self._pending:
+            op.finish(exception=HandleError(
+                f"{op.title}: an op of this name is still pending on this rank; synchronize "
+                "it before submitting the name again, or give each op its own name"))
+            return
+        self._pending[op.name] = op
+        self.controller.admit(op)
+
+    def _run_outcome(self, outcome: Outcome) -> None:
+        ready_ns = time.monotonic_ns()
+        items = []
+        for agreed in outcome.ready:
+            op = self._pending.pop(agreed.name, None)
+            if op is not None:
+                self.controller.forget(op)
+                op.state = AGREED
+            elif self.rank not in outcome.joined:
+                raise ProtocolError(f"{OpKind(agreed.kind).label} {agreed.name!r} is ready "
+                                    f"everywhere but rank {self.rank} never submitted it")
+            self.controller.negotiated(agreed.name, ready_ns)
+            if self.timeline is not None:
+                self.timeline.op_start(agreed.name, OpKind(agreed.kind).name, ready_ns)
+            items.append((agreed, op))
+        for name, error in outcome.errors:
+            op = self._pending.pop(name, None)
+            self.controller.negotiated(name, ready_ns)
+            if op is not None:
+                self.controller.forget(op)
+                self._finish(op, exception=error)
+        if items:
+            self.executor.run(items, ready_ns, lambda op, result: self._finish(op, result))
+        if outcome.join_done is not None and self._joining is not None:
+            self._joining.finish(outcome.join_done)
+            self._joining = None
+
+    def _finish(self, op: Op, result: Any = None,
+                exception: BaseException | None = None) -> None:
+        op.finish(result, exception)
+        self.controller.missing.pop(op.name, None)
+        if self.timeline is not None:
+            self.timeline.op_end(op.name, time.monotonic_ns(),
+                                 None if exception is None else type(exception).__name__)
+
+    def _fail(self, exc: CollectiveError, abort: bool) -> None:
+        if abort:
+            aborter = getattr(self.t, "abort", None)
+            if aborter is not None:
+                try:
+                    aborter(f"rank {self.rank}: {exc}")
+                except Exception:  # best effort: the job is failing anyway
+                    pass
+        self._fail_all(lambda op: type(exc)(f"{op.title}: {exc}"), str(exc))
+
+    def _fail_all(self, make: Callable[[Op], BaseException], reason: str) -> None:
+        with self._lock:
+            self._failure = self._failure or reason
+            incoming, self._incoming = self._incoming, []
+        ops = list(self._pending.values()) + incoming
+        if self._joining is not None:
+            ops.append(self._joining)
+        self._pending.clear()
+        self._joining = None
+        for op in ops:
+            if not op.done.is_set():
+                op.finish(exception=make(op))
+
+
+def _unknown(handle: Any) -> HandleError:
+    return HandleError(f"handle {handle!r} is unknown or was synchronized already; "
+                       "synchronize each handle exactly once")
+
+
+def start_engine(transport: Transport, env: RuntimeEnv, chunk_bytes: int) -> Engine:
+    """Agree on the engine's settings (rank 0's win) and start the engine thread.
+
+    The cache capacity, fusion threshold and chunk size must be the same on every rank
+    (they decide message sizes), so rank 0 broadcasts its own.
+    """
+    config = np.array([PROTOCOL_VERSION, env.cache_capacity,
+                       int(env.fusion_threshold_mb * MIB), chunk_bytes], np.int64)
+    if transport.size > 1:
+        mine = int(config[0])
+        alg.broadcast(transport, config, 0, len(config))
+        if int(config[0]) != mine:
+            raise UsageError(f"rank 0 runs engine protocol {int(config[0])}, rank "
+                             f"{transport.rank} protocol {mine}: every rank must run the "
+                             "same gcurun version")
+    return Engine(transport, env, capacity=int(config[1]), threshold_bytes=int(config[2]),
+                  chunk_bytes=int(config[3]))

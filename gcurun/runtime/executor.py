@@ -1,0 +1,283 @@
+"""Running a cycle's agreed ops, in the same order and the same batches on every rank.
+
+Allreduces of one dtype, reduce op and scaling are fused (:mod:`gcurun.runtime.fusion`);
+every other op runs alone with the runtime's algorithms. A rank that has called
+``join()`` takes part in ops it never submitted, with neutral data: the identity of the
+reduction, no rows to gather, nothing to send.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gcurun.runtime import algorithms as alg
+from gcurun.runtime import fusion
+from gcurun.runtime.api import ReduceOp, Transport
+from gcurun.runtime.collectives import GATHER_REDUCE_BYTES, _deliver, _finish_reduction
+from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale
+from gcurun.runtime.negotiate import OpKind
+from gcurun.runtime.requests import Agreed, Op
+from gcurun.runtime.timeline import Timeline
+
+Item = tuple[Agreed, Op | None]       # what runs, and this rank's op (None: joined)
+Complete = Callable[[Op, Any], None]
+
+ACTIVITY = {
+    OpKind.ALLGATHER: "RING_ALLGATHER",
+    OpKind.BROADCAST: "BROADCAST_TREE_OR_CHAIN",
+    OpKind.ALLTOALL: "PAIRWISE_ALLTOALL",
+    OpKind.REDUCESCATTER: "RING_REDUCESCATTER",
+}
+
+
+def identity(rop: ReduceOp, dtype: np.dtype) -> Any:
+    """The element that leaves a reduction unchanged (a joined rank's contribution)."""
+    if rop in (ReduceOp.SUM, ReduceOp.AVERAGE):
+        return 0
+    if rop == ReduceOp.PRODUCT:
+        return 1
+    low = rop == ReduceOp.MAX
+    if dtype.kind == "b":
+        return not low
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min if low else info.max
+    return -np.inf if low else np.inf
+
+
+class Executor:
+    """Runs agreed ops over one transport; owns the reusable buffers."""
+
+    def __init__(self, transport: Transport, chunk_bytes: int, threshold_bytes: int,
+                 timeline: Timeline | None = None):
+        self.t = transport
+        self.rank, self.size = transport.rank, transport.size
+        self.chunk_bytes = chunk_bytes
+        self.threshold_bytes = threshold_bytes
+        self.timeline = timeline
+        self.fusion = fusion.FusionBuffers()
+        self._chunks: dict[np.dtype, np.ndarray] = {}
+        self._scratch = np.empty(2 * self.size * GATHER_REDUCE_BYTES, np.uint8)
+        # batches run, and ops that ran in a batch of more than one
+        self.stats = {"batches": 0, "fused": 0}
+
+    def run(self, items: Sequence[Item], ready_ns: int, complete: Complete) -> None:
+        """Run ``items`` (fusing what may be fused); ``complete(op, result)`` for each of
+        this rank's ops as soon as its batch is done."""
+        keys: list[tuple[fusion.BatchKey | None, int]] = []
+        for agreed, _ in items:
+            if agreed.kind == OpKind.ALLREDUCE:
+                keys.append((fusion.BatchKey(agreed.code, agreed.rop, agreed.prescale,
+                                             agreed.postscale),
+                             agreed.elements * agreed.dtype.itemsize))
+            else:
+                keys.append((None, 0))
+        for batch in fusion.plan_batches(keys, self.threshold_bytes):
+            members = [items[i] for i in batch]
+            self.stats["batches"] += 1
+            self.stats["fused"] += len(members) if len(members) > 1 else 0
+            start = time.monotonic_ns()
+            self._queued(members, ready_ns, start)
+            if members[0][0].kind == OpKind.ALLREDUCE:
+                self._allreduce(members, complete)
+            else:
+                self._single(members[0], complete, start)
+
+    # -- allreduce ------------------------------------------------------------------------
+
+    def _allreduce(self, members: list[Item], complete: Complete) -> None:
+        first = members[0][0]
+        dtype, rop = first.dtype, ReduceOp(first.rop)
+        results: list[np.ndarray | None] = [None] * len(members)    # each op's output
+        pairs: list[fusion.Part] = []
+        copies: list[tuple[int, int, int]] = []      # (member, offset in buffer, count)
+        buf = None
+        if len(members) == 1:
+            pairs.append(self._io(members[0]))
+            results[0] = pairs[0][1]
+        else:
+            began = time.monotonic_ns()
+            limit = fusion.copy_limit(self.chunk_bytes)
+            small = [a.elements * dtype.itemsize < limit for a, _ in members]
+            buf = self.fusion.get(dtype, sum(a.elements for (a, _), s in zip(members, small,
+                                                                          strict=True) if s))
+            offset = 0
+            for index, (agreed, op) in enumerate(members):
+                if not small[index]:
+                    pairs.append(self._io(members[index]))
+                    results[index] = pairs[-1][1]
+                    continue
+                region = buf[offset:offset + agreed.elements]
+                if op is None:
+                    region.fill(identity(rop, dtype))
+                else:
+                    region[...] = op.src
+                    copies.append((index, offset, agreed.elements))
+                offset += agreed.elements
+            if len(buf):
+                scale(buf, first.prescale)
+                pairs.insert(0, (buf, buf))
+            self._span([members[i] for i, _, _ in copies], "MEMCPY_IN_FUSION_BUFFER",
+                       began, time.monotonic_ns())
+        self._reduce(members, fusion.Pieces(pairs), rop, first.postscale)
+        if copies:
+            assert buf is not None
+            began = time.monotonic_ns()
+            for index, offset, count in copies:
+                op = members[index][1]
+                assert op is not None
+                out = op.src if op.inplace else aligned_empty(count, dtype)
+                out[...] = buf[offset:offset + count]
+                results[index] = out
+            self._span([members[i] for i, _, _ in copies], "MEMCPY_OUT_FUSION_BUFFER",
+                       began, time.monotonic_ns())
+        for (_, op), result in zip(members, results, strict=True):
+            if op is not None and result is not None:
+                complete(op, _deliver(op.arr, result, op.inplace))
+
+    def _reduce(self, members: list[Item], pieces: fusion.Pieces, rop: ReduceOp,
+                postscale: float) -> None:
+        """One gather-and-reduce exchange for a small buffer, else one ring pass; then
+        the average or post-scaling."""
+        dtype = members[0][0].dtype
+        began = time.monotonic_ns()
+        size = self.size
+        finish = None
+        if rop == ReduceOp.AVERAGE or postscale != 1.0:
+            def finish(out: np.ndarray) -> None:
+                _finish_reduction(out, rop, size, postscale)
+
+        if len(pieces.pairs) == 1 and size > 1 and \
+                pieces.total * dtype.itemsize <= GATHER_REDUCE_BYTES:
+            src, out = pieces.pairs[0]
+            alg.gather_allreduce(self.t, src, out, UFUNCS[rop], self._scratch)
+            if finish is not None:
+                finish(out)
+            self._span(members, "GATHER_REDUCE", began, time.monotonic_ns())
+            return
+        marks: dict[str, int] = {}
+
+        def phase(name: str, started: bool) -> None:
+            if started:
+                marks[name] = time.monotonic_ns()
+            else:
+                self._span(members, name, marks[name], time.monotonic_ns())
+
+        fusion.ring_allreduce(self.t, pieces, UFUNCS[rop], self._chunk(dtype),
+                              phase if self.timeline is not None else None, finish)
+
+    def _io(self, item: Item) -> fusion.Part:
+        """Input and output of one allreduce reduced where it lies (prescaled)."""
+        agreed, op = item
+        dtype, rop = agreed.dtype, ReduceOp(agreed.rop)
+        if op is None:
+            data = np.full(agreed.elements, identity(rop, dtype), dtype)
+            return data, data
+        src = op.src
+        out = src if op.inplace else aligned_empty(len(src), dtype)
+        if agreed.prescale != 1.0:
+            np.multiply(src, agreed.prescale, out=out, casting="unsafe")
+            src = out
+        return src, out
+
+    # -- everything else ------------------------------------------------------------------
+
+    def _single(self, item: Item, complete: Complete, began: int) -> None:
+        agreed, op = item
+        kind = OpKind(agreed.kind)
+        if kind == OpKind.BARRIER:
+            result: Any = None
+        elif kind == OpKind.ALLGATHER:
+            result = self._allgather(agreed, op)
+        elif kind == OpKind.BROADCAST:
+            result = self._broadcast(agreed, op)
+        elif kind == OpKind.ALLTOALL:
+            result = self._alltoall(agreed, op)
+        elif kind == OpKind.REDUCESCATTER:
+            result = self._reducescatter(agreed, op)
+        else:
+            raise ValueError(f"the engine cannot run {kind.label} ops")
+        if kind in ACTIVITY:
+            self._span([item], ACTIVITY[kind], began, time.monotonic_ns())
+        if op is not None:
+            complete(op, result)
+
+    def _allgather(self, agreed: Agreed, op: Op | None) -> np.ndarray:
+        assert agreed.rows is not None
+        dtype, row = agreed.dtype, math.prod(agreed.shape)
+        out = np.empty((sum(agreed.rows),) + agreed.shape, dtype)
+        flat = out.reshape(-1)
+        segments = alg.to_segments([n * row for n in agreed.rows])
+        offset, length = segments[self.rank]
+        if op is not None:
+            flat[offset:offset + length] = op.src
+        alg.ring_allgather(self.t, flat, segments)
+        return out
+
+    def _broadcast(self, agreed: Agreed, op: Op | None) -> np.ndarray | None:
+        if op is None:
+            flat = np.empty(agreed.elements, agreed.dtype)
+        elif op.inplace:
+            flat = op.src
+        elif self.rank == agreed.root:
+            flat = op.src.copy()
+        else:
+            flat = np.empty(len(op.src), agreed.dtype)
+        alg.broadcast(self.t, flat, agreed.root, self._chunk_len(agreed.dtype))
+        return None if op is None else _deliver(op.arr, flat, op.inplace)
+
+    def _alltoall(self, agreed: Agreed, op: Op | None) -> tuple[np.ndarray, np.ndarray]:
+        assert agreed.splits is not None
+        p, r = self.size, self.rank
+        dtype, row = agreed.dtype, math.prod(agreed.shape)
+        send_rows = agreed.splits[r]
+        recv_rows = [agreed.splits[j][r] for j in range(p)]
+        src = op.src if op is not None else np.empty(0, dtype)
+        out = np.empty((sum(recv_rows),) + agreed.shape, dtype)
+        alg.pairwise_alltoall(self.t, src, alg.to_segments([n * row for n in send_rows]),
+                              out.reshape(-1), alg.to_segments([n * row for n in recv_rows]))
+        return out, np.array(recv_rows, np.int64)
+
+    def _reducescatter(self, agreed: Agreed, op: Op | None) -> np.ndarray:
+        dtype, rop = agreed.dtype, ReduceOp(agreed.rop)
+        shape = agreed.shape
+        if op is None:
+            src = np.full(agreed.elements, identity(rop, dtype), dtype)
+        else:
+            src = op.src
+            if agreed.prescale != 1.0:
+                src = src.copy()
+                scale(src, agreed.prescale)
+        rows = alg.even_counts(shape[0] if shape else 0, self.size)
+        row = math.prod(shape[1:])
+        counts = [n * row for n in rows]
+        out = np.empty((rows[self.rank],) + shape[1:], dtype)
+        alg.reduce_scatter(self.t, src, counts, out.reshape(-1), UFUNCS[rop],
+                           self._chunk(dtype), np.empty(max(counts), dtype))
+        _finish_reduction(out, rop, self.size, agreed.postscale)
+        return out
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _chunk_len(self, dtype: np.dtype) -> int:
+        return max(1, self.chunk_bytes // max(dtype.itemsize, 1))
+
+    def _chunk(self, dtype: np.dtype) -> np.ndarray:
+        chunk = self._chunks.get(dtype)
+        if chunk is None:
+            chunk = self._chunks[dtype] = aligned_empty(self._chunk_len(dtype), dtype)
+        return chunk
+
+    def _queued(self, members: list[Item], ready_ns: int, start_ns: int) -> None:
+        self._span(members, "QUEUE", ready_ns, start_ns)
+
+    def _span(self, members: Sequence[Item], activity: str, start_ns: int,
+              end_ns: int) -> None:
+        if self.timeline is not None:
+            for agreed, _ in members:
+                self.timeline.activity(agreed.name, activity, start_ns, end_ns)

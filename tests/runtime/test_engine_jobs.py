@@ -1,0 +1,156 @@
+"""The engine on real rank processes: ranks submitting the same tensors in different
+orders amid other ops, mismatches, fusion edge cases, join; the timeline of a known job
+(also of one killed mid-run); the stall inspector's warning and shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gcurun.runtime.rendezvous import RendezvousServer
+from gcurun.runtime.timeline_summary import read_trace, summarize
+from tests.helpers import wait_for
+from tests.runtime.jobs import MPIRUN, run_job, run_tcp
+
+pytestmark = pytest.mark.integration
+needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="mpirun is not on PATH")
+
+JOBS = [
+    pytest.param("tcp", 1, {}, id="tcp-1"),
+    pytest.param("tcp", 2, {}, id="tcp-2"),
+    # A threshold smaller than most tensors, and a cache too small for the step (every
+    # cycle evicts): correctness must not depend on either.
+    pytest.param("tcp", 3, {"GCURUN_FUSION_THRESHOLD_MB": "0.001",
+                            "GCURUN_CACHE_CAPACITY": "7", "GCURUN_CHUNK_BYTES": "65536"},
+                 id="tcp-3-tiny-threshold-tiny-cache"),
+    pytest.param("tcp", 2, {"GCURUN_FUSION_THRESHOLD_MB": "0"}, id="tcp-2-no-fusion"),
+    pytest.param("mpi", 2, {}, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
+    pytest.param("mpi", 3, {"HOROVOD_CYCLE_TIME": "3", "HOROVOD_CACHE_CAPACITY": "0"},
+                 id="mpi-3-horovod-knobs-no-cache", marks=[pytest.mark.mpi, needs_mpi]),
+]
+
+
+def _counters(line: str) -> dict[str, int]:
+    return {k: int(v) for k, v in (item.split("=") for item in line.split(", ")[1].split()
+                                   if "=" in item)}
+
+
+@pytest.mark.parametrize(("backend", "size", "env"), JOBS)
+def test_the_engine_checks_on_processes(backend: str, size: int, env: dict) -> None:
+    job = run_job(backend, size, "engine_checks.py", env=env, timeout=120)
+    assert job.returncodes == [0] * len(job.returncodes), job.stdout + job.stderr
+    for rank in range(size):
+        lines = job.lines(f"rank {rank} of {size} ok:")
+        assert len(lines) == 1, job.stdout + job.stderr
+        counters = _counters(lines[0])
+        if env.get("GCURUN_FUSION_THRESHOLD_MB") == "0":
+            assert counters["fused"] == 0, lines[0]
+        else:
+            assert counters["fused"] > 0, lines[0]
+        capacity = env.get("GCURUN_CACHE_CAPACITY", env.get("HOROVOD_CACHE_CAPACITY"))
+        if capacity is None:
+            # Steady state: every tensor is cached, so the one small exchange per cycle
+            # is all the negotiation there is.
+            assert counters["steady_uncached"] == 0, lines[0]
+        elif capacity == "0":
+            assert counters["steady_uncached"] > 0, lines[0]
+
+
+def _spans(events: list[dict], row: int) -> list[tuple[str, str]]:
+    return [(e["ph"], e["name"]) for e in sorted(events, key=lambda e: e.get("ts", 0))
+            if e.get("pid") == row and e["ph"] in "BEXi"]
+
+
+def test_the_timeline_of_a_known_job(tmp_path: Path) -> None:
+    template = str(tmp_path / "trace-{rank}.json")
+    job = run_tcp(2, "engine_timeline.py", env={"GCURUN_TIMELINE": template,
+                                                 "GCURUN_TIMELINE_MARK_CYCLES": "1"})
+    assert job.returncodes == [0, 0], job.stderr
+    events = json.loads((tmp_path / "trace-0.json").read_text())
+    rows = {e["args"]["name"]: e["pid"] for e in events if e["name"] == "process_name"}
+    assert {"tl.fused.0", "tl.fused.1", "tl.fused.2", "tl.gather", "tl.bcast"} <= set(rows)
+    # One fused batch: the small tensors are copied in and out, the large one is not.
+    small, large = _spans(events, rows["tl.fused.0"]), _spans(events, rows["tl.fused.2"])
+    for spans in (small, large):
+        assert spans[0] == ("B", "NEGOTIATE_ALLREDUCE")
+        assert {("i", "0"), ("i", "1")} <= set(spans[:spans.index(("E", "NEGOTIATE"))])
+        body = spans[spans.index(("B", "ALLREDUCE")):spans.index(("E", "OP"))]
+        assert ("X", "QUEUE") in body and ("X", "RING_REDUCESCATTER") in body \
+            and ("X", "RING_ALLGATHER") in body, body
+    assert ("X", "MEMCPY_IN_FUSION_BUFFER") in small and \
+        ("X", "MEMCPY_OUT_FUSION_BUFFER") in small
+    assert ("X", "MEMCPY_IN_FUSION_BUFFER") not in large
+    assert ("B", "ALLGATHER") in _spans(events, rows["tl.gather"])
+    assert ("B", "BROADCAST") in _spans(events, rows["tl.bcast"])
+    assert any(e["name"] == "CYCLE_START" for e in events)
+    # Every rank wrote its own trace; the summary reads it back.
+    summary = summarize(read_trace(tmp_path / "trace-1.json"))
+    assert {a.name for a in summary.activities} >= {"ALLREDUCE", "QUEUE", "RING_ALLGATHER",
+                                                    "NEGOTIATE_ALLREDUCE"}
+    assert {t.name for t in summary.tensors} == {"tl.fused.0", "tl.fused.1", "tl.fused.2",
+                                                 "tl.gather", "tl.bcast"}
+
+
+def test_a_killed_job_leaves_a_valid_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+
+    def kill_when_written(server: RendezvousServer, procs: list[subprocess.Popen]) -> None:
+        def written() -> bool:
+            try:
+                return len(json.loads(trace.read_text())) > 200
+            except (OSError, ValueError):
+                return False
+
+        wait_for("a trace with events", written, timeout=60)
+        for proc in procs:
+            os.kill(proc.pid, signal.SIGKILL)
+
+    job = run_tcp(2, "engine_timeline.py", "hang", env={"GCURUN_TIMELINE": str(trace)},
+                  while_running=kill_when_written, timeout=60)
+    assert job.returncodes == [-signal.SIGKILL] * 2
+    events = json.loads(trace.read_text())
+    assert any(e.get("name") == "RING_REDUCESCATTER" for e in events)
+
+
+def test_the_trace_stops_at_its_size_cap(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    job = run_tcp(2, "engine_timeline.py", env={"GCURUN_TIMELINE": str(trace),
+                                                 "GCURUN_TIMELINE_MAX_MB": "0.005"})
+    assert job.returncodes == [0, 0], job.stderr
+    assert trace.stat().st_size <= 5243
+    events = json.loads(trace.read_text())
+    assert events[-1]["name"] == "TIMELINE_SIZE_CAP_REACHED"
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_stall_inspector_names_tensor_and_ranks(size: int, tmp_path: Path) -> None:
+    job = run_tcp(size, "engine_stall.py", "warn", str(tmp_path),
+                  env={"GCURUN_STALL_CHECK_WARNING_SECONDS": "0.3"}, timeout=90)
+    assert job.returncodes == [0] * size, job.stdout + job.stderr
+    assert len(job.lines("rank")) == size
+    missing = "rank 1" if size == 2 else "ranks 1, 2"
+    warnings = [line for line in job.stderr.splitlines() if "'late.tensor': waited" in line]
+    assert len(warnings) >= 2, job.stderr      # uncached, then cached
+    assert all(line.endswith(f"s for {missing}") for line in warnings), warnings
+    assert "tensors submitted by some ranks have waited more than 0.3 s" in job.stderr
+
+
+@pytest.mark.parametrize("backend", ["tcp", pytest.param("mpi", marks=[pytest.mark.mpi,
+                                                                        needs_mpi])])
+def test_the_stall_inspector_shuts_a_stalled_job_down(backend: str, tmp_path: Path) -> None:
+    job = run_job(backend, 2, "engine_stall.py", "shutdown", str(tmp_path),
+                  env={"GCURUN_STALL_CHECK_WARNING_SECONDS": "0.2",
+                       "GCURUN_STALL_CHECK_SHUTDOWN_SECONDS": "0.5"}, timeout=90)
+    assert job.returncodes == [0] * len(job.returncodes), job.stdout + job.stderr
+    stopped = job.lines("rank 0 raised: allreduce 'never.tensor': the stall inspector "
+                        "shut the job down: allreduce 'never.tensor' waited")
+    assert len(stopped) == 1 and stopped[0].endswith(
+        "s for rank 1 (GCURUN_STALL_CHECK_SHUTDOWN_SECONDS=0.5)"), job.stdout
+    refused = job.lines("rank 1 refused: allreduce 'after': the job failed earlier (the "
+                        "stall inspector shut the job down")
+    assert len(refused) == 1, job.stdout

@@ -1,0 +1,71 @@
+"""Fusion: how ready allreduces are batched, and the ring pass over several tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gcurun.runtime import fusion
+from gcurun.runtime.fusion import BatchKey, Pieces, plan_batches
+from tests.runtime.threads import run_ranks
+
+F32 = BatchKey(10, 1, 1.0, 1.0)
+F64 = BatchKey(11, 1, 1.0, 1.0)
+SCALED = BatchKey(10, 1, 2.0, 1.0)
+
+
+def test_same_kind_dtype_and_scaling_share_a_batch_up_to_the_threshold() -> None:
+    items = [(F32, 40), (F64, 40), (F32, 40), (None, 0), (SCALED, 8), (F32, 40)]
+    assert plan_batches(items, 100) == [[0, 2], [1], [3], [4], [5]]
+
+
+def test_a_tensor_larger_than_the_threshold_runs_alone_and_leaves_the_batch_open() -> None:
+    items = [(F32, 10), (F32, 500), (F32, 10), (F32, 0), (F32, 95)]
+    assert plan_batches(items, 100) == [[0, 2, 3], [1], [4]]
+
+
+def test_a_threshold_of_zero_disables_fusion() -> None:
+    assert plan_batches([(F32, 1), (F32, 1), (None, 0)], 0) == [[0], [1], [2]]
+
+
+def test_pieces_cut_at_piece_boundaries_and_chunks() -> None:
+    a, b, c = np.arange(5.0), np.arange(0.0), np.arange(7.0) + 10
+    pieces = Pieces([(a, a), (b, b), (c, c)])
+    assert pieces.total == 12 and len(pieces.pairs) == 2      # the empty piece is dropped
+    parts = [src.tolist() for src, _ in pieces.parts(3, 6, 2)]
+    assert parts == [[3.0, 4.0], [10.0, 11.0], [12.0, 13.0]]
+    assert [src.tolist() for src, _ in pieces.parts(0, 12, None)] == [a.tolist(), c.tolist()]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_one_ring_pass_reduces_every_piece(size: int) -> None:
+    lengths = [0, 1, 7, 100, 3, 1000]
+
+    def body(comm: object) -> list[np.ndarray]:
+        t = comm.transport  # type: ignore[attr-defined]
+        inputs = [np.arange(n, dtype=np.float64) * (t.rank + 1) for n in lengths]
+        outputs = [x if i % 2 else np.empty_like(x) for i, x in enumerate(inputs)]
+        pieces = Pieces(list(zip([x.copy() if i % 2 == 0 else x for i, x in
+                                  enumerate(inputs)], outputs, strict=True)))
+        phases: list[tuple[str, bool]] = []
+        fusion.ring_allreduce(t, pieces, np.add, np.empty(16), lambda n, s: phases.append(
+            (n, s)), finish=lambda out: np.multiply(out, 0.5, out=out))
+        if size > 1:
+            assert phases == [("RING_REDUCESCATTER", True), ("RING_REDUCESCATTER", False),
+                              ("RING_ALLGATHER", True), ("RING_ALLGATHER", False)]
+        return outputs
+
+    results = run_ranks(size, body, chunk_bytes=64)
+    total = sum(range(1, size + 1))
+    for outputs in results:
+        for n, out in zip(lengths, outputs, strict=True):
+            assert np.array_equal(out, np.arange(n) * total * 0.5)
+
+
+def test_fusion_buffers_are_reused_and_grow() -> None:
+    buffers = fusion.FusionBuffers()
+    first = buffers.get(np.dtype(np.float32), 10)
+    again = buffers.get(np.dtype(np.float32), 5)
+    assert np.shares_memory(first, again) and len(again) == 5
+    assert len(buffers.get(np.dtype(np.float32), 1000)) == 1000
+    assert fusion.copy_limit(2 << 20) == 1 << 20 and fusion.copy_limit(1) == 64 << 10
