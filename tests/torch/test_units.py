@@ -18,6 +18,7 @@ from gcurun.runtime.api import MismatchError  # noqa: E402
 from gcurun.runtime.torch import adasum  # noqa: E402
 from gcurun.runtime.torch.errors import internal_error  # noqa: E402
 from gcurun.runtime.torch.tensors import stage, to_tensor, write_back  # noqa: E402
+from tests.helpers import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -109,7 +110,7 @@ def test_adasum_combines_as_the_formula_says() -> None:
 
 def test_handles_are_spent_by_synchronize(alone: None) -> None:
     handle = hvd.allreduce_async(torch.ones(3))
-    assert hvd.poll(handle)
+    wait_for("the allreduce to complete", lambda: hvd.poll(handle), timeout=30)
     assert torch.equal(hvd.synchronize(handle), torch.ones(3))
     with pytest.raises(ValueError, match="unknown"):
         hvd.poll(handle)

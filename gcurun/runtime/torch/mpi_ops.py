@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import gcurun.runtime as runtime
 from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.torch import adasum
 from gcurun.runtime.torch.compression import Compression, Compressor
@@ -29,7 +30,7 @@ __all__ = [
     "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async",
     "broadcast_async_", "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
-    "grouped_reducescatter", "grouped_reducescatter_async", "poll", "reducescatter",
+    "grouped_reducescatter", "grouped_reducescatter_async", "join", "poll", "reducescatter",
     "reducescatter_async", "sparse_allreduce_async", "synchronize",
 ]
 
@@ -514,3 +515,11 @@ def grouped_reducescatter(tensors: Tensors, name: str | None = None,
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Return once every rank (of ``process_set``) has called barrier."""
     target(process_set).barrier()
+
+
+def join(device: int = -1) -> int:
+    """This rank has run out of data: until every rank has joined, it takes part in the
+    others' collectives with neutral data (zeros for sums, no rows for gathers), so they
+    can finish their epochs. Returns the rank that joined last. ``device`` is accepted
+    for Horovod's signature; the neutral data lives in host memory."""
+    return int(runtime.join())

@@ -329,10 +329,22 @@ class Checks:
         except TypeError as exc:
             self.ok("torch.Tensor" in str(exc), "a list is refused")
 
+    def join(self) -> None:
+        r, p = self.rank, self.size
+        if r == 0:
+            last = hvd.join()        # runs out of data first: the others go on without it
+        else:
+            got = hvd.allreduce(torch.full((3,), float(r)), op=hvd.Sum, name="after.join")
+            self.equal(got, torch.full((3,), float(sum(range(1, p)))),
+                       "a joined rank adds nothing to the others' sums")
+            last = hvd.join()
+        self.ok(last == 0 if p == 1 else last > 0, f"join returns the last rank ({last})")
+        self.ok(len(set(hvd.allgather_object(last))) == 1, "every rank names the same last")
+
     def run_all(self) -> int:
         for check in (self.allreduce, self.reducescatter, self.allgather, self.broadcast,
                       self.alltoall, self.asynchronous, self.objects, self.autograd,
-                      self.adasum, self.process_sets, self.errors):
+                      self.adasum, self.process_sets, self.errors, self.join):
             check()
         return self.count
 

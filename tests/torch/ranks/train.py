@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -149,6 +150,34 @@ class Trainer:
         self.train("clipping between synchronize and step", sgd, clip=0.05)
         self.misuse()
         self.optimizer_state()
+        self.overlap()
+
+    def overlap(self) -> None:
+        """Backward has not finished when the allreduce of a gradient it produced early
+        completes: a hook on the embedding's output (whose gradient comes last) waits
+        until the output layer's gradient has been reduced, then lets backward go on."""
+        if self.size == 1:
+            return
+        model, _ = self.setup()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters())
+        seen: list[bool] = []
+
+        def wait_for_out_layer(grad: torch.Tensor) -> None:
+            handle = opt._handles.get(model.out.weight, (None,))[0]   # started by its hook
+            deadline = time.monotonic() + 30
+            while handle is not None and not hvd.poll(handle) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            seen.append(handle is not None and hvd.poll(handle))
+
+        tokens, labels = batches(0, 0)
+        embedded = model.embed(shard(tokens, self.rank, self.size))
+        embedded.register_hook(wait_for_out_layer)
+        x = torch.tanh(model.hidden(embedded.mean(dim=1)))
+        F.cross_entropy(model.out(x), shard(labels, self.rank, self.size)).backward()
+        self.ok(seen == [True], "a gradient's allreduce completes while backward still runs")
+        opt.step()
+        self.same_everywhere(model, "after the overlapped step")
 
     def misuse(self) -> None:
         model, _ = self.setup()
