@@ -93,11 +93,12 @@ from gcurun.runtime.torch.process_sets import (
     global_process_set,
     remove_process_set,
 )
+from gcurun.runtime.torch.sync_batch_norm import SyncBatchNorm
 
 __all__ = [
     "Adasum", "ArgumentError", "Average", "CollectiveTimeout", "Compression",
     "DistributedOptimizer", "HorovodInternalError", "Max", "Min", "MismatchError",
-    "NotInitializedError", "PeerFailureError", "ProcessSet", "Product", "Sum",
+    "NotInitializedError", "PeerFailureError", "ProcessSet", "Product", "Sum", "SyncBatchNorm",
     "add_process_set", "allgather", "allgather_async", "allgather_object", "allreduce",
     "allreduce_", "allreduce_async", "allreduce_async_", "alltoall", "alltoall_async",
     "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",

@@ -151,6 +151,41 @@ class Trainer:
         self.misuse()
         self.optimizer_state()
         self.overlap()
+        self.sync_batch_norm()
+
+    def sync_batch_norm(self) -> None:
+        """SyncBatchNorm on shards trains like BatchNorm on the full batch."""
+        def build(norm: nn.Module) -> nn.Module:
+            return nn.Sequential(nn.Conv2d(2, 4, 3), norm, nn.ReLU(), nn.Flatten(),
+                                 nn.Linear(64, 3))
+
+        torch.manual_seed(7 + self.rank)
+        model = build(hvd.SyncBatchNorm(4))
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        ref = build(nn.BatchNorm2d(4))
+        ref.load_state_dict(model.state_dict())
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.2),
+                                       named_parameters=model.named_parameters())
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.2)
+        g = torch.Generator().manual_seed(5)
+        for _ in range(STEPS):
+            data, labels = torch.randn(BATCH, 2, 6, 6, generator=g) * 3 + 1, \
+                torch.randint(0, 3, (BATCH,), generator=g)
+            for net, optimizer, x, y in (
+                    (model, opt, shard(data, self.rank, self.size),
+                     shard(labels, self.rank, self.size)), (ref, ref_opt, data, labels)):
+                optimizer.zero_grad()
+                F.cross_entropy(net(x), y).backward()
+                optimizer.step()
+        self.same_everywhere(model, "SyncBatchNorm")
+        for (key, mine), theirs in zip(model.state_dict().items(), ref.state_dict().values(),
+                                       strict=True):
+            self.ok(torch.allclose(mine.double(), theirs.double(), atol=1e-5),
+                    f"SyncBatchNorm {key} follows BatchNorm on the full batch")
+        model.eval()
+        ref.eval()
+        probe = torch.randn(3, 2, 6, 6, generator=g)
+        self.ok(torch.allclose(model(probe), ref(probe), atol=1e-5), "SyncBatchNorm in eval")
 
     def overlap(self) -> None:
         """Backward has not finished when the allreduce of a gradient it produced early
