@@ -9,7 +9,9 @@ Each rank trains two copies of one model (same weights, same synthetic batch): o
 ``gcurun.runtime.torch.DistributedOptimizer``, one wrapped in DDP over a gloo process
 group. The two take turns, ``--rounds`` times, so the machine's noise hits both alike;
 a round times ``--steps`` training steps after ``--warmup`` untimed ones, and its step
-time is the slowest rank's mean. Rank 0 prints every round and the medians.
+time is the slowest rank's mean. A third copy trains on each rank alone, without any
+communication: the floor both are measured against. Rank 0 prints every round and the
+medians.
 
 Options: --model mlp|resnet18-narrow|resnet18  --batch-size 64  --steps 20  --warmup 5
          --rounds 5  --threads 1 (torch threads per rank)  --np 2 (when starting ranks)
@@ -110,6 +112,8 @@ def run_rank(args: argparse.Namespace) -> None:
     hvd.broadcast_parameters(ours.state_dict(), root_rank=0)
     ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(base))
     ddp_opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    alone = copy.deepcopy(base)
+    alone_opt = torch.optim.SGD(alone.parameters(), lr=0.01, momentum=0.9)
 
     def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
         def run() -> None:
@@ -118,10 +122,11 @@ def run_rank(args: argparse.Namespace) -> None:
             optimizer.step()
         return run
 
-    variants = {"gcurun": step(ours, opt), "ddp": step(ddp, ddp_opt)}
+    variants = {"gcurun": step(ours, opt), "ddp": step(ddp, ddp_opt),
+                "no communication": step(alone, alone_opt)}
     times: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(args.rounds):
-        order = list(variants) if round_ % 2 == 0 else list(reversed(variants))
+        order = list(variants)[round_ % 3:] + list(variants)[:round_ % 3]
         for name in order:
             times[name].append(_timed(hvd, variants[name], args.warmup, args.steps))
         if hvd.rank() == 0:
@@ -172,12 +177,16 @@ def report(args: argparse.Namespace, size: int, backend: str, params: int,
         f"# {args.rounds} rounds of {args.steps} timed steps after {args.warmup} warm-up "
         "steps; a round's time is the slowest rank's mean",
         "",
-        "| variant | median ms/step | best ms/step | median / DDP |",
-        "| --- | --- | --- | --- |",
+        "# no communication: the same training step on each rank alone (the floor)",
+        "",
+        "| variant | median ms/step | best ms/step | median / DDP | over the floor (ms) |",
+        "| --- | --- | --- | --- | --- |",
     ]
+    floor = median["no communication"]
     for name in times:
         lines.append(f"| {name} | {median[name] * 1e3:.1f} | {best[name] * 1e3:.1f} | "
-                     f"{median[name] / median['ddp']:.2f} |")
+                     f"{median[name] / median['ddp']:.2f} | "
+                     f"{(median[name] - floor) * 1e3:.1f} |")
     return "\n".join(lines)
 
 
