@@ -8,12 +8,14 @@
 Each rank holds ResNet-50's 161 gradient tensors (torchvision's layer shapes, 25.6 M
 float32 parameters) and times three ways of averaging them, in place:
 
-  fused    every tensor submitted with allreduce_async_ in this rank's own order (rank 0
-           forwards, rank 1 backwards, others shuffled), then all synchronized: the
-           engine negotiates, fuses and reduces them;
+  fused    every tensor (a numpy array of its own) submitted with allreduce_async_ in
+           this rank's own order (rank 0 forwards, rank 1 backwards, others shuffled),
+           then all synchronized: the engine negotiates, fuses and reduces them;
   single   one allreduce_ of a single buffer of the same total size;
   unfused  161 synchronous allreduce_ calls in a row: each is negotiated and reduced
-           alone, so nothing can be fused.
+           alone, so nothing can be fused;
+  views    as fused, but the tensors are views of one buffer: what separate
+           allocations (small pages, scattered memory) cost, apart from the engine.
 
 The variants take turns for several rounds; a round's time is the slowest rank's mean
 per step, and the table shows the median and best round of each.
@@ -109,10 +111,22 @@ def main(argv: list[str]) -> None:
         rng.shuffle(order)
     names = [f"resnet50.{i}" for i in range(len(grads))]
 
-    def fused() -> None:
-        handles = [hvd.allreduce_async_(grads[i], name=names[i]) for i in order]
+    # The same tensors as views of one buffer (one allocation, huge pages like `flat`):
+    # the difference to `fused` is what separate allocations cost, not the engine.
+    backing = np.empty_like(flat)
+    views, offset = [], 0
+    for grad in grads:
+        views.append(backing[offset:offset + grad.size].reshape(grad.shape))
+        views[-1][...] = grad
+        offset += grad.size
+
+    def fused(tensors: list[np.ndarray] = grads) -> None:
+        handles = [hvd.allreduce_async_(tensors[i], name=names[i]) for i in order]
         for handle in handles:
             hvd.synchronize(handle)
+
+    def fused_views() -> None:
+        fused(views)
 
     def single() -> None:
         hvd.allreduce_(flat, name="resnet50.flat")
@@ -121,7 +135,7 @@ def main(argv: list[str]) -> None:
         for grad, name in zip(grads, names, strict=True):
             hvd.allreduce_(grad, name=name)
 
-    variants = {"fused": fused, "single": single, "unfused": unfused}
+    variants = {"fused": fused, "single": single, "unfused": unfused, "views": fused_views}
     for fn in variants.values():
         fn()
         fn()
@@ -141,6 +155,7 @@ def table(times: dict[str, list[float]], size: int, count: int, elements: int) -
         "fused": f"{count} allreduce_async_, own order per rank",
         "single": f"1 allreduce_ of one {elements * 4 / 1e6:.1f} MB buffer",
         "unfused": f"{count} synchronous allreduce_, one by one",
+        "views": "fused, the tensors being views of one buffer",
     }
     lines = [
         f"# gcurun engine: ResNet-50 gradients ({count} tensors, {elements:,} float32), "
