@@ -49,10 +49,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._hooks: list[Any] = []
         self._communicating = bool(process_set.included()) and (process_set.size() or 1) > 1
-        # With the runtime's background engine, each gradient's allreduce starts from its
-        # hook and overlaps the rest of backward. Without it an allreduce would block
-        # backward, and the ranks would have to meet every gradient in the same order
-        # (which models with rank-dependent branches break): then step() reduces them
+        # On the job's background engine, each gradient's allreduce starts from its hook
+        # and overlaps the rest of backward. A process set's communicator runs ops when
+        # called, which would block backward and make the ranks meet every gradient in
+        # the same order (rank-dependent branches break that): there step() reduces them
         # all, in name order, as one fused op.
         self._overlap = self._communicating and target(process_set).engine
         if self._communicating:

@@ -1,8 +1,8 @@
-"""Where an op on host arrays runs: the job's runtime, or one process set's communicator.
+"""Where an op on host arrays runs: the job's engine, or one process set's communicator.
 
-:class:`JobTarget` goes through ``gcurun.runtime``: the background engine's asynchronous
-ops when the runtime has them, its synchronous ops otherwise. :class:`SetTarget` runs on
-the communicator of one process set, synchronously. Both return :class:`Work`.
+:class:`JobTarget` submits to the runtime's background engine (``gcurun.runtime``'s
+asynchronous ops); :class:`SetTarget` runs on the communicator of one process set,
+synchronously. Both return :class:`Work`.
 """
 
 from __future__ import annotations
@@ -22,70 +22,47 @@ def _names(name: str | None, count: int) -> list[str | None]:
 
 
 class JobTarget:
-    """Every rank of the job, through ``gcurun.runtime``."""
+    """Every rank of the job, through the runtime's background engine."""
 
-    def __init__(self) -> None:
-        self.engine = hasattr(runtime, "allreduce_async")
+    engine = True
 
     def allreduce(self, array: np.ndarray, inplace: bool, op: ReduceOp, pre: float,
                   post: float, name: str | None) -> Work:
-        if self.engine:
-            submit = runtime.allreduce_async_ if inplace else runtime.allreduce_async
-            return EngineWork(runtime, submit(array, name=name, op=op, prescale_factor=pre,
-                                              postscale_factor=post))
-        return run_now(runtime.allreduce_ if inplace else runtime.allreduce, array,
-                       name=name, op=op, prescale_factor=pre, postscale_factor=post)
+        submit = runtime.allreduce_async_ if inplace else runtime.allreduce_async
+        return EngineWork(runtime, submit(array, name=name, op=op, prescale_factor=pre,
+                                          postscale_factor=post))
 
     def grouped_allreduce(self, arrays: Sequence[np.ndarray], inplace: bool, op: ReduceOp,
                           pre: float, post: float, name: str | None) -> Work:
-        if self.engine:
-            submit = (runtime.grouped_allreduce_async_ if inplace
-                      else runtime.grouped_allreduce_async)
-            return EngineWork(runtime, submit(list(arrays), name=name, op=op,
-                                              prescale_factor=pre, postscale_factor=post))
-        return _fused(arrays, inplace, name, lambda a, n: runtime.allreduce_(
-            a, name=n, op=op, prescale_factor=pre, postscale_factor=post))
+        submit = (runtime.grouped_allreduce_async_ if inplace
+                  else runtime.grouped_allreduce_async)
+        return EngineWork(runtime, submit(list(arrays), name=name, op=op,
+                                          prescale_factor=pre, postscale_factor=post))
 
     def allgather(self, array: np.ndarray, name: str | None) -> Work:
-        if self.engine:
-            return EngineWork(runtime, runtime.allgather_async(array, name=name))
-        return run_now(runtime.allgather, array, name=name)
+        return EngineWork(runtime, runtime.allgather_async(array, name=name))
 
     def grouped_allgather(self, arrays: Sequence[np.ndarray], name: str | None) -> Work:
-        if self.engine:
-            return EngineWork(runtime, runtime.grouped_allgather_async(list(arrays),
-                                                                       name=name))
-        return _each(arrays, name, lambda a, n: runtime.allgather(a, name=n))
+        return EngineWork(runtime, runtime.grouped_allgather_async(list(arrays), name=name))
 
     def broadcast(self, array: np.ndarray, root: int, inplace: bool,
                   name: str | None) -> Work:
-        if self.engine:
-            submit = runtime.broadcast_async_ if inplace else runtime.broadcast_async
-            return EngineWork(runtime, submit(array, root, name=name))
-        return run_now(runtime.broadcast_ if inplace else runtime.broadcast, array, root,
-                       name=name)
+        submit = runtime.broadcast_async_ if inplace else runtime.broadcast_async
+        return EngineWork(runtime, submit(array, root, name=name))
 
     def alltoall(self, array: np.ndarray, splits: np.ndarray | None,
                  name: str | None) -> Work:
-        if self.engine:
-            return EngineWork(runtime, runtime.alltoall_async(array, splits, name=name))
-        return run_now(runtime.alltoall, array, splits, name=name)
+        return EngineWork(runtime, runtime.alltoall_async(array, splits, name=name))
 
     def reducescatter(self, array: np.ndarray, op: ReduceOp, pre: float, post: float,
                       name: str | None) -> Work:
-        if self.engine:
-            return EngineWork(runtime, runtime.reducescatter_async(
-                array, name=name, op=op, prescale_factor=pre, postscale_factor=post))
-        return run_now(runtime.reducescatter, array, name=name, op=op, prescale_factor=pre,
-                       postscale_factor=post)
+        return EngineWork(runtime, runtime.reducescatter_async(
+            array, name=name, op=op, prescale_factor=pre, postscale_factor=post))
 
     def grouped_reducescatter(self, arrays: Sequence[np.ndarray], op: ReduceOp, pre: float,
                               post: float, name: str | None) -> Work:
-        if self.engine:
-            return EngineWork(runtime, runtime.grouped_reducescatter_async(
-                list(arrays), name=name, op=op, prescale_factor=pre, postscale_factor=post))
-        return _each(arrays, name, lambda a, n: runtime.reducescatter(
-            a, name=n, op=op, prescale_factor=pre, postscale_factor=post))
+        return EngineWork(runtime, runtime.grouped_reducescatter_async(
+            list(arrays), name=name, op=op, prescale_factor=pre, postscale_factor=post))
 
     def barrier(self) -> None:
         runtime.barrier()

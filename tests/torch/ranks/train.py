@@ -148,6 +148,12 @@ class Trainer:
                    {"sparse_as_dense": True}, sparse=True)
         self.train("a parameter only rank 0 uses", sgd, branch_ranks=(0,))
         self.train("clipping between synchronize and step", sgd, clip=0.05)
+        everyone = hvd.add_process_set(list(range(self.size)))
+        # A set's communicator runs ops when called: step() reduces all gradients at once.
+        self.train("on a process set", sgd, {"process_set": everyone}, branch_ranks=(0,))
+        self.train("sparse on a process set", lambda p: torch.optim.SGD(p, lr=0.5),
+                   {"process_set": everyone}, sparse=True)
+        hvd.remove_process_set(everyone)
         self.misuse()
         self.optimizer_state()
         self.overlap()
