@@ -13,7 +13,7 @@ class HorovodInternalError(CollectiveError, RuntimeError):
     """
 
 
-_combined: dict[type, type] = {}
+_combined: dict[type, type[HorovodInternalError]] = {}
 
 
 def internal_error(exc: CollectiveError) -> HorovodInternalError:
@@ -25,7 +25,7 @@ def internal_error(exc: CollectiveError) -> HorovodInternalError:
     if combined is None:
         combined = _combined[kind] = type(kind.__name__, (kind, HorovodInternalError),
                                           {"__module__": kind.__module__})
-    error = combined.__new__(combined)
+    error: HorovodInternalError = Exception.__new__(combined)   # no __init__: keep args
     error.args = exc.args
     error.__dict__.update(getattr(exc, "__dict__", {}))
     error.__cause__ = exc.__cause__

@@ -67,7 +67,7 @@ def _as_tensors(results: Sequence[np.ndarray], like: Tensors) -> list[torch.Tens
 
 
 def _allreduce_async(tensor: torch.Tensor, inplace: bool, name: str | None, op: Any,
-                     pre: float, post: float, process_set: ProcessSet | None) -> int:
+                     pre: float, post: float, process_set: ProcessSet) -> int:
     where = target(process_set)
     if op == Adasum:
         return adasum.allreduce_async(tensor, inplace, name, pre, post, where)
@@ -104,7 +104,7 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None,
 class _Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: Any, pre: float,
-                post: float, process_set: ProcessSet | None) -> torch.Tensor:
+                post: float, process_set: ProcessSet) -> torch.Tensor:
         ctx.args = (op, pre, post, process_set)
         return synchronize(_allreduce_async(tensor, False, name, op, pre, post, process_set))
 
@@ -143,7 +143,7 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
 
 def _grouped_allreduce_async(tensors: Tensors, inplace: bool, name: str | None, op: Any,
                              pre: float, post: float,
-                             process_set: ProcessSet | None) -> int:
+                             process_set: ProcessSet) -> int:
     tensors = list(tensors)
     where = target(process_set)
     if op == Adasum:
@@ -183,7 +183,7 @@ def grouped_allreduce_async_(tensors: Tensors, average: bool | None = None,
 class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: str | None, op: Any, pre: float, post: float,
-                process_set: ProcessSet | None, *tensors: torch.Tensor) -> tuple[Any, ...]:
+                process_set: ProcessSet, *tensors: torch.Tensor) -> tuple[Any, ...]:
         ctx.args = (op, pre, post, process_set)
         return tuple(synchronize(_grouped_allreduce_async(tensors, False, name, op, pre, post,
                                                           process_set)))
@@ -253,7 +253,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
 
 
 def _allgather_async(tensor: torch.Tensor, name: str | None,
-                     process_set: ProcessSet | None) -> int:
+                     process_set: ProcessSet) -> int:
     staged = stage(tensor, "allgather")
     work = target(process_set).allgather(staged.array, name)
     return register(work, lambda result: to_tensor(result, tensor), staged)
@@ -269,7 +269,7 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None,
 class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None,
-                process_set: ProcessSet | None) -> torch.Tensor:
+                process_set: ProcessSet) -> torch.Tensor:
         ctx.rows = tensor.shape[0]
         ctx.process_set = process_set
         return synchronize(_allgather_async(tensor, name, process_set))
@@ -314,7 +314,7 @@ def grouped_allgather(tensors: Tensors, name: str | None = None,
 # -- broadcast ---------------------------------------------------------------------------
 
 
-def _set_root(root_rank: int, process_set: ProcessSet | None, where: Any) -> int:
+def _set_root(root_rank: int, process_set: ProcessSet, where: Any) -> int:
     """Roots are global ranks (Horovod's convention); a set's communicator counts its
     members from 0."""
     if not isinstance(where, SetTarget) or process_set is None:
@@ -327,7 +327,7 @@ def _set_root(root_rank: int, process_set: ProcessSet | None, where: Any) -> int
 
 
 def _broadcast_async(tensor: torch.Tensor, root_rank: int, inplace: bool, name: str | None,
-                     process_set: ProcessSet | None) -> int:
+                     process_set: ProcessSet) -> int:
     where = target(process_set)
     root = _set_root(root_rank, process_set, where)
     staged = stage(tensor, "broadcast")
@@ -356,7 +356,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
 class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: str | None,
-                process_set: ProcessSet | None) -> torch.Tensor:
+                process_set: ProcessSet) -> torch.Tensor:
         ctx.root_rank = root_rank
         ctx.process_set = process_set
         return synchronize(_broadcast_async(tensor, root_rank, False, name, process_set))
@@ -414,7 +414,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
 class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: str | None,
-                process_set: ProcessSet | None) -> tuple[torch.Tensor, torch.Tensor]:
+                process_set: ProcessSet) -> tuple[torch.Tensor, torch.Tensor]:
         output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
         ctx.received = received
         ctx.process_set = process_set
@@ -456,7 +456,7 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any =
 class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: Any,
-                process_set: ProcessSet | None, pre: float, post: float) -> torch.Tensor:
+                process_set: ProcessSet, pre: float, post: float) -> torch.Tensor:
         ctx.args = (op, process_set, pre * post)
         return synchronize(reducescatter_async(tensor, name, op, process_set, pre, post))
 

@@ -91,6 +91,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         name = self._parameter_names.get(p)
         self._fill_missing(p)
         grad = p.grad
+        assert grad is not None
         if grad.is_sparse:
             if not self.sparse_as_dense:
                 return (mpi_ops.sparse_allreduce_async(grad, name, self.op, self.process_set),
@@ -112,7 +113,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in group:
             self._handles.pop(p, None)
             self._fill_missing(p)
-        pairs = [self._compression.compress(_dense(p.grad)) for p in group]
+        pairs = [self._compression.compress(_dense(_grad(p))) for p in group]
         pre, post = self._scale_factors()
         handle = mpi_ops.grouped_allreduce_async_(
             [t for t, _ in pairs], name=name or self._parameter_names.get(group[0]),
@@ -139,7 +140,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         dense = []
         for p in self._requires_update:
             self._fill_missing(p)
-            if p.grad.is_sparse and not self.sparse_as_dense:
+            if p.grad is not None and p.grad.is_sparse and not self.sparse_as_dense:
                 self._handles[p] = self._allreduce_grad_async(p)
             else:
                 dense.append(p)
@@ -170,7 +171,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             reduced = self._compression.decompress(output, ctx)
             if reduced is not p.grad:
-                p.grad.copy_(reduced)
+                _grad(p).copy_(reduced)
 
     # -- Horovod's public methods --------------------------------------------------------
 
@@ -255,6 +256,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._allreduce_delay[p] = self.backward_passes_per_step
 
 
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    grad = p.grad
+    assert grad is not None, "filled in before any reduction starts"
+    return grad
+
+
 def _dense(grad: torch.Tensor) -> torch.Tensor:
     return grad.to_dense() if grad.is_sparse else grad
 
@@ -291,7 +298,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     named = _named(optimizer, named_parameters)
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__),
                {"__module__": optimizer.__class__.__module__})
-    distributed = cls.__new__(cls)
+    distributed: Any = object.__new__(cls)
     distributed.__dict__.update(optimizer.__dict__)
     distributed._distribute(named, compression, backward_passes_per_step, op,
                             gradient_predivide_factor, _groups(optimizer, named, groups),

@@ -256,7 +256,8 @@ def _tcp_transport(process_set: ProcessSet, state: Any) -> Any:
     env = state.env
     transport = TCPTransport(rank=process_set.ranks.index(state.topology.rank),
                              size=len(process_set.ranks), generation=1,
-                             hostname=_hostname(state), rendezvous=tuple(address),
+                             hostname=_hostname(state),
+                             rendezvous=(str(address[0]), int(address[1])),
                              secret=secret, timeout=env.timeout_seconds, cma=env.cma,
                              rings=env.rings)
     try:

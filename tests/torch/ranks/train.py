@@ -148,6 +148,7 @@ class Trainer:
                    {"sparse_as_dense": True}, sparse=True)
         self.train("a parameter only rank 0 uses", sgd, branch_ranks=(0,))
         self.train("clipping between synchronize and step", sgd, clip=0.05)
+        self.adasum()
         everyone = hvd.add_process_set(list(range(self.size)))
         # A set's communicator runs ops when called: step() reduces all gradients at once.
         self.train("on a process set", sgd, {"process_set": everyone}, branch_ranks=(0,))
@@ -219,6 +220,24 @@ class Trainer:
         self.ok(seen == [True], "a gradient's allreduce completes while backward still runs")
         opt.step()
         self.same_everywhere(model, "after the overlapped step")
+
+    def adasum(self) -> None:
+        """op=Adasum: the gradients combine by the Adasum rule; every rank applies the
+        same update (no single-process equivalent to compare with)."""
+        model, _ = self.setup()
+        start = [p.detach().clone() for p in model.parameters()]
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                       named_parameters=model.named_parameters(),
+                                       op=hvd.Adasum)
+        for step in range(STEPS):
+            opt.zero_grad()
+            tokens, labels = batches(step, 0)
+            F.cross_entropy(model(shard(tokens, self.rank, self.size)),
+                            shard(labels, self.rank, self.size)).backward()
+            opt.step()
+        self.same_everywhere(model, "op=Adasum")
+        self.ok(any(not torch.equal(a, b.detach()) for a, b in
+                    zip(start, model.parameters(), strict=True)), "op=Adasum trains")
 
     def misuse(self) -> None:
         model, _ = self.setup()
