@@ -42,3 +42,14 @@ def test_every_collective_on_tensors(backend: str, size: int) -> None:
 def test_training_matches_one_rank_on_the_full_batch(backend: str, size: int) -> None:
     job = run_job(backend, size, str(RANKS / "train.py"), timeout=180)
     _all_ok(job, size)
+
+
+def test_a_dead_peer_fails_pending_handles() -> None:
+    # The timeout is far away: only noticing the death can end the wait in time.
+    job = run_job("tcp", 3, str(RANKS / "peer_death.py"),
+                  env={"GCURUN_TIMEOUT_SECONDS": "300"}, timeout=120)
+    assert job.returncodes == [0, 17, 0], job.stdout + job.stderr
+    for rank in (0, 2):
+        raised = job.lines(f"rank {rank} raised HorovodInternalError (PeerFailureError)")
+        assert len(raised) == 1, job.stdout + job.stderr
+        assert "rank 1" in raised[0]

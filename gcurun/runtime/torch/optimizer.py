@@ -7,6 +7,7 @@ waits for them all, then applies the wrapped optimizer's update.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from gcurun.runtime.torch.mpi_ops import Average
 from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
 
 Group = tuple[torch.Tensor, ...]
+_created = itertools.count()
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -31,6 +33,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     gradient_predivide_factor: float, groups: list[Group],
                     sparse_as_dense: bool, process_set: ProcessSet) -> None:
         self._compression = compression
+        # Names of this optimizer's own ops: every rank creates its optimizers in the
+        # same order, so the count names the same optimizer everywhere.
+        self._own_name = f"gcurun.optimizer.{next(_created)}"
         self._parameter_names = {p: name for name, p in named_parameters}
         self.backward_passes_per_step = backward_passes_per_step
         self.op = op
@@ -145,7 +150,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 dense.append(p)
         if dense:
-            self._start_group(tuple(dense), name="gcurun.gradients")
+            self._start_group(tuple(dense), name=f"{self._own_name}.gradients")
 
     def _fill_missing(self, p: torch.Tensor) -> None:
         """No gradient here, but another rank may have one: contribute zeros."""
@@ -159,7 +164,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         would in a single process)."""
         present = torch.tensor([p not in self._filled for p in self._requires_update],
                                dtype=torch.uint8)
-        return mpi_ops.allreduce_async_(present, name="gcurun.gradients_present",
+        return mpi_ops.allreduce_async_(present, name=f"{self._own_name}.present",
                                         op=mpi_ops.Max, process_set=self.process_set)
 
     def _apply(self, p: torch.Tensor, output: Any, how: tuple[str, Any, Any]) -> None:
