@@ -132,11 +132,6 @@ def synchronize(handle: int) -> Any:
     return entry.finish(result)
 
 
-def pending() -> int:
-    """How many handles are not synchronized yet."""
-    return len(_entries)
-
-
 def reset() -> None:
     """Forget every handle (``init`` and ``shutdown`` start a new job)."""
     with _lock:

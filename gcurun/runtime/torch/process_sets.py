@@ -162,11 +162,6 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     return True
 
 
-def registered() -> list[ProcessSet]:
-    with _lock:
-        return [global_process_set, *_sets.values()]
-
-
 # -- communicators of a set ------------------------------------------------------------
 
 
