@@ -13,6 +13,7 @@ from gcurun.errors import GcurunError
 # Subcommands, imported only when named so `gcurun --help` and plain runs stay fast.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("gcurun.cli.check", "check"),
+    "bench": ("gcurun.cli.bench", "bench"),
     "timeline": ("gcurun.cli.timeline", "timeline"),
 }
 

@@ -121,6 +121,8 @@ def _options(func):
 EPILOG = """\b
 Subcommands:
   gcurun check             versions, MPI, NUMA nodes and devices of this host
+  gcurun bench allreduce   allreduce bandwidth table (--mpi: beside MPI_Allreduce)
+  gcurun timeline summary  time per activity and costliest tensors of a timeline
 Examples:
   gcurun -np 4 python train.py
   gcurun -np 16 -H a:8,b:8 python train.py

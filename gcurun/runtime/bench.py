@@ -258,3 +258,9 @@ def format_table(job: Job, rows: Sequence[Row]) -> str:
             line += f"| {row.seconds['native'] / row.seconds[ring]:>16.2f} "
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(run(sys.argv[1:]))

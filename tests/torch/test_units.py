@@ -1,0 +1,202 @@
+"""gcurun.runtime.torch in this process, alone (the runtime's one-rank backend): staging of
+tensors, compression, errors, Adasum's arithmetic, handles, DistributedOptimizer's
+arguments and its single-process behaviour."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch",
+                            reason="PyTorch is not installed (pip install torch==2.13.0)")
+
+import gcurun.runtime.torch as hvd  # noqa: E402
+from gcurun.runtime.api import MismatchError  # noqa: E402
+from gcurun.runtime.torch import adasum  # noqa: E402
+from gcurun.runtime.torch.errors import internal_error  # noqa: E402
+from gcurun.runtime.torch.tensors import stage, to_tensor, write_back  # noqa: E402
+from tests.helpers import wait_for  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture
+def alone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ("GCURUN_RANK", "GCURUN_SIZE", "GCURUN_RENDEZVOUS", "GCURUN_BACKEND",
+                 "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    hvd.init()
+    yield
+    hvd.shutdown()
+
+
+# -- staging -------------------------------------------------------------------------------
+
+
+def test_a_contiguous_cpu_tensor_is_handed_over_without_a_copy() -> None:
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    staged = stage(t, "test")
+    assert not staged.copied
+    assert staged.array.ctypes.data == t.data_ptr()
+    staged.array[0, 0] = 42
+    assert t[0, 0] == 42
+    back = to_tensor(staged.array, t)
+    assert back.data_ptr() == t.data_ptr()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.arange(20, dtype=torch.float32).reshape(4, 5)[:, ::2],
+    lambda: torch.arange(6).to(torch.bfloat16),
+    lambda: torch.arange(6, dtype=torch.float32).reshape(2, 3).t(),
+], ids=["strided", "bfloat16", "transposed"])
+def test_other_tensors_are_staged_and_written_back(make) -> None:
+    t = make()
+    staged = stage(t, "test")
+    assert staged.copied and staged.array.flags.c_contiguous
+    assert np.array_equal(staged.array, t.float().numpy())
+    staged.array[...] = 7
+    assert write_back(staged) is t
+    assert torch.equal(t, torch.full_like(t, 7))
+    result = to_tensor(staged.array, t)
+    assert result.dtype == t.dtype and result.shape == t.shape
+
+
+def test_unsupported_inputs_name_the_problem() -> None:
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        stage(torch.zeros(2, dtype=torch.float8_e4m3fn), "allreduce")
+    with pytest.raises(TypeError, match="to_dense"):
+        stage(torch.zeros(3, 3).to_sparse(), "allreduce")
+    with pytest.raises(TypeError, match="got list"):
+        stage([1, 2], "allreduce")  # type: ignore[arg-type]
+
+
+def test_fp16_compression_round_trip() -> None:
+    t = torch.tensor([0.5, 1.25, -3.0], dtype=torch.float64)
+    sent, ctx = hvd.Compression.fp16.compress(t)
+    assert sent.dtype == torch.float16
+    back = hvd.Compression.fp16.decompress(sent, ctx)
+    assert back.dtype == torch.float64 and torch.equal(back, t)
+    ints = torch.arange(3)
+    assert hvd.Compression.fp16.compress(ints)[0] is ints
+    assert hvd.Compression.none.compress(t) == (t, None)
+
+
+def test_errors_are_the_runtimes_and_horovods_at_once() -> None:
+    cause = MismatchError("allreduce 'x': ranks disagree on the shape")
+    error = internal_error(cause)
+    assert isinstance(error, MismatchError) and isinstance(error, hvd.HorovodInternalError)
+    assert isinstance(error, RuntimeError) and str(error) == str(cause)
+    assert internal_error(error) is error
+
+
+def test_adasum_combines_as_the_formula_says() -> None:
+    a, b = np.array([1.0, 0.0]), np.array([0.0, 2.0])
+    assert np.array_equal(adasum.combine(a, b), a + b)             # orthogonal: added
+    assert np.array_equal(adasum.combine(a, a), a)                 # parallel: kept
+    c, d = np.array([3.0, 1.0]), np.array([1.0, 2.0])
+    dot = 5.0
+    want = (1 - dot / (2 * 10.0)) * c + (1 - dot / (2 * 5.0)) * d
+    assert np.allclose(adasum.combine(c, d), want)
+    rows = [np.array([1.0, 0, 0]), np.array([0, 1.0, 0]), np.array([0, 0, 1.0])]
+    assert np.array_equal(adasum.tree(rows), np.ones(3))
+    assert np.array_equal(adasum.combine(np.zeros(2), d), d)
+
+
+# -- one process ----------------------------------------------------------------------------
+
+
+def test_handles_are_spent_by_synchronize(alone: None) -> None:
+    handle = hvd.allreduce_async(torch.ones(3))
+    wait_for("the allreduce to complete", lambda: hvd.poll(handle), timeout=30)
+    assert torch.equal(hvd.synchronize(handle), torch.ones(3))
+    with pytest.raises(ValueError, match="unknown"):
+        hvd.poll(handle)
+
+
+def test_shutdown_forgets_handles_and_init_works_again(alone: None) -> None:
+    handle = hvd.allreduce_async(torch.ones(3))
+    hvd.shutdown()
+    assert not hvd.is_initialized()
+    with pytest.raises(hvd.NotInitializedError):
+        hvd.allreduce(torch.ones(1))
+    hvd.init()
+    with pytest.raises(ValueError, match="unknown"):
+        hvd.synchronize(handle)
+    assert hvd.size() == 1 and hvd.rank() == 0 and hvd.local_rank() == 0
+
+
+def test_the_built_and_enabled_queries(alone: None) -> None:
+    assert not hvd.gloo_built() and not hvd.nccl_built() and not hvd.cuda_built()
+    assert not hvd.mpi_enabled() and isinstance(hvd.mpi_built(), bool)
+    assert hvd.is_homogeneous() and hvd.cross_size() == 1
+
+
+def _net() -> torch.nn.Module:
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+
+def test_the_wrapped_optimizer_keeps_its_class_settings_and_state(alone: None) -> None:
+    model = _net()
+    inner = torch.optim.Adam(model.parameters(), lr=0.123, betas=(0.8, 0.9))
+    opt = hvd.DistributedOptimizer(inner, named_parameters=model.named_parameters())
+    assert isinstance(opt, torch.optim.Adam) and type(opt).__name__ == "Adam"
+    assert opt.defaults["lr"] == 0.123 and opt.param_groups is inner.param_groups
+    assert opt.state is inner.state
+
+
+def test_one_process_trains_exactly_like_the_plain_optimizer(alone: None) -> None:
+    model, ref = _net(), _net()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(16, 4), torch.randn(16, 2)
+    for _ in range(3):
+        for m, o in ((model, opt), (ref, ref_opt)):
+            o.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            o.step()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), ref.parameters(),
+                                                 strict=True))
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"named_parameters": [("a", None), ("a", None)]}, "unique"),
+    ({"named_parameters": "not pairs"}, "pairs"),
+    ({"named_parameters": []}, "does not name"),
+    ({"backward_passes_per_step": 0}, "backward_passes_per_step"),
+    ({"gradient_predivide_factor": 2.0, "op": hvd.Sum}, "op=Average"),
+    ({"groups": -1}, "groups"),
+])
+def test_bad_arguments_are_refused(alone: None, kwargs: dict, message: str) -> None:
+    model = _net()
+    if kwargs.get("named_parameters") == [("a", None), ("a", None)]:
+        first = next(model.parameters())
+        kwargs = {"named_parameters": [("a", first), ("a", first)]}
+    with pytest.raises(ValueError, match=message):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), **kwargs)
+
+
+def test_groups_split_the_parameters_evenly(alone: None) -> None:
+    model = _net()
+    params = list(model.parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1),
+                                   named_parameters=model.named_parameters(), groups=3)
+    assert [len(g) for g in opt._group_ready] == [2, 1, 1]
+    with pytest.raises(ValueError, match="more than one group"):
+        hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1),
+                                 groups=[[params[0]], [params[0]]])
+
+
+def test_broadcast_optimizer_state_keeps_a_fresh_optimizer_fresh(alone: None) -> None:
+    model = _net()
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    before = copy.deepcopy(model.state_dict())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert not any(opt.state.values())
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    with pytest.raises(ValueError, match="LBFGS"):
+        hvd.broadcast_optimizer_state(torch.optim.LBFGS(model.parameters()), root_rank=0)
