@@ -20,6 +20,9 @@ is_homogeneous = runtime.is_homogeneous
 mpi_threads_supported = runtime.mpi_threads_supported
 mpi_built = runtime.mpi_built
 mpi_enabled = runtime.mpi_enabled
+gloo_built = runtime.gloo_built
+gloo_enabled = runtime.gloo_enabled
+nccl_built = runtime.nccl_built
 
 
 def init(comm: Any = None,
@@ -52,19 +55,6 @@ def shutdown() -> None:
     process_sets.teardown()
     handles.reset()
     runtime.shutdown()
-
-
-def gloo_built() -> bool:
-    """False: gcurun moves data with its own tcp and mpi backends, not Gloo."""
-    return False
-
-
-def gloo_enabled() -> bool:
-    return False
-
-
-def nccl_built() -> bool:
-    return False
 
 
 def ddl_built() -> bool:
