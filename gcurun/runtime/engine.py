@@ -147,7 +147,7 @@ class Engine:
         if not op.done.is_set():
             with self._lock:            # the engine thread takes over from here
                 self._lock.notify()
-            self._wait(op)
+            self._wait(op, deadline)
         if op.exception is not None:
             raise op.exception
         return op.result
@@ -175,8 +175,9 @@ class Engine:
         results = [op.result for op in found.ops]
         return results if found.grouped else results[0]
 
-    def _wait(self, op: Op) -> None:
-        deadline = time.monotonic() + self.timeout
+    def _wait(self, op: Op, deadline: float | None = None) -> None:
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
         if not op.done.is_set() and self._cycling.acquire(blocking=False):
             try:
                 while not op.done.is_set() and not self._ended and \
