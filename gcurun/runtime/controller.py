@@ -258,10 +258,9 @@ class Controller:
     def _slow_path(self, to_send: list[tuple[Op, bool]], flags: list[int],
                    outcome: Outcome) -> None:
         self.slow_paths += 1
-        payload = b""
+        mine: list[dict[str, Any]] = []
         if flags[self.rank] & UNCACHED:
-            payload = json.dumps([describe(op, self.rank, conflict)
-                                  for op, conflict in to_send]).encode()
+            mine = [describe(op, self.rank, conflict) for op, conflict in to_send]
             self.described += len(to_send)
             for op, _ in to_send:
                 op.sent = True
@@ -269,13 +268,13 @@ class Controller:
             evict: list[str] = []
             for rank in range(self.size):
                 if flags[rank] & UNCACHED:
-                    data = payload if rank == 0 else self._recv_bytes(rank)
-                    self._take(json.loads(data), evict)
+                    self._take(mine if rank == 0 else json.loads(self._recv_bytes(rank)),
+                               evict)
             response = self._respond(outcome.joined, evict)
             self._bcast_bytes(json.dumps(response).encode())
         else:
-            if payload:
-                self._send_bytes(payload, 0)
+            if mine:
+                self._send_bytes(json.dumps(mine).encode(), 0)
             response = json.loads(self._bcast_bytes(b""))
         self._apply(response, outcome)
 
