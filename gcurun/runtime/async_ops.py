@@ -270,7 +270,7 @@ class EngineCommunicator:
         self.rank, self.size = engine.rank, engine.size
 
     def _run(self, op: Op) -> Any:
-        return self.engine.synchronize(self.engine.submit([op]))
+        return self.engine.run_now(op)
 
     def allreduce(self, tensor: Any, op: Any = ReduceOp.AVERAGE, prescale_factor: float = 1.0,
                   postscale_factor: float = 1.0, name: str | None = None,

@@ -134,7 +134,13 @@ class Controller:
         self.width = width
         self.gathered = np.zeros(self.size * width, np.uint8)
         self.mine = self.gathered[self.rank * width:(self.rank + 1) * width]
-        self.slots = np.zeros(capacity, np.bool_)         # my ready bits, unpacked
+        # My ready bits, set and cleared in place in my block; every rank's head and bits.
+        self._bits = self.mine[HEAD_BYTES:]
+        self._head = self.mine[:HEAD_BYTES].view(np.uint64)
+        self._heads = [self.gathered[r * width:r * width + HEAD_BYTES].view(np.uint64)
+                       for r in range(self.size)]
+        self._bit_rows = [self.gathered[r * width + HEAD_BYTES:(r + 1) * width].data
+                          for r in range(self.size)]
         self._work = np.zeros_like(self.gathered)
         self._exchange = self._make_exchange()
         self._unresolved: list[Op] = []
@@ -170,7 +176,8 @@ class Controller:
     def forget(self, op: Op) -> None:
         """``op`` ran or failed: its bit no longer says ready."""
         if op.position >= 0:
-            self.slots[op.position] = False
+            slot = op.position
+            self._bits[slot >> 3] &= 0xFF ^ (1 << (slot & 7))
             op.position = -1
 
     def cycle(self, pending: dict[str, Op], *, shutdown: bool, joined: bool,
@@ -180,26 +187,24 @@ class Controller:
         to_send = self._resolve(pending)
         flags = (UNCACHED if to_send else 0) | (SHUTDOWN if shutdown else 0) | \
             (JOINED if joined else 0) | (NEWS if self._news else 0)
-        head = self.mine[:HEAD_BYTES].view(np.uint64)
-        head[0], head[1] = flags, self.cache.epoch
-        self.mine[HEAD_BYTES:] = np.packbits(self.slots, bitorder="little")
+        epoch = self.cache.epoch
+        self._head[0], self._head[1] = flags, epoch
         self._exchange()
-        blocks = self.gathered.reshape(self.size, self.width)
-        heads = blocks[:, :HEAD_BYTES].copy().view(np.uint64)
-        if (heads[:, 1] != self.cache.epoch).any():
+        heads = [head.tolist() for head in self._heads]
+        if any(head[1] != epoch for head in heads):
             raise ProtocolError(f"the engines' response caches differ (epochs "
-                                f"{heads[:, 1].tolist()}); ranks run different gcurun "
-                                "versions or settings")
-        all_flags = [int(f) for f in heads[:, 0]]
+                                f"{[head[1] for head in heads]}); ranks run different "
+                                "gcurun versions or settings")
+        all_flags = [head[0] for head in heads]
         outcome = Outcome(joined=frozenset(r for r, f in enumerate(all_flags) if f & JOINED))
-        ready = self._ready_slots(blocks)
+        ready = self._ready_slots()
         outcome.ready = [entry for entry in (self.cache.by_slot[s] for s in ready)
                          if entry is not None]
         if any(f & (UNCACHED | NEWS) for f in all_flags):
             self._slow_path(to_send, all_flags, outcome)
         if self.timeline is not None or (self.stall is not None
                                          and time.monotonic() >= self._next_check):
-            self._inspect(blocks, pending, outcome, now_ns)
+            self._inspect(self.gathered.reshape(self.size, self.width), pending, outcome, now_ns)
         self._update_joins(outcome)
         if any(f & SHUTDOWN for f in all_flags):
             first = next(r for r, f in enumerate(all_flags) if f & SHUTDOWN)
@@ -214,7 +219,7 @@ class Controller:
         to describe to the coordinator, each with its conflict mark."""
         if self.cache.epoch != self._epoch_seen or not self._use_cache:
             self._epoch_seen = self.cache.epoch
-            self.slots[:] = False
+            self._bits[:] = 0
             candidates: Iterable[Op] = pending.values()
             self._unresolved.clear()
             for op in pending.values():
@@ -228,30 +233,34 @@ class Controller:
             entry = self.cache.get(op.name) if self._use_cache else None
             if entry is not None and op.cacheable and entry[1].key_for(self.rank) == op.key:
                 op.position = entry[0]
-                self.slots[entry[0]] = True
+                slot = entry[0]
+                self._bits[slot >> 3] |= 1 << (slot & 7)
             else:
                 to_send.append((op, entry is not None))
         return to_send
 
-    def _ready_slots(self, blocks: np.ndarray) -> list[int]:
-        bits = blocks[:, HEAD_BYTES:]
-        if self.size == 2:
-            both = np.bitwise_and(bits[0], bits[1])
-        else:
-            both = np.bitwise_and.reduce(bits, axis=0) if self.size > 1 else bits[0]
-        if not both.any():
-            return []
-        return np.flatnonzero(np.unpackbits(both, bitorder="little")).tolist()
+    def _ready_slots(self) -> list[int]:
+        """The slots every rank's bit marks ready, in ascending order."""
+        both = -1
+        for row in self._bit_rows:
+            both &= int.from_bytes(row, "little")
+            if not both:
+                return []
+        ready = []
+        while both:
+            low = both & -both
+            ready.append(low.bit_length() - 1)
+            both ^= low
+        return ready
 
     # -- the slow path --------------------------------------------------------------------
 
     def _slow_path(self, to_send: list[tuple[Op, bool]], flags: list[int],
                    outcome: Outcome) -> None:
         self.slow_paths += 1
-        payload = b""
+        mine: list[dict[str, Any]] = []
         if flags[self.rank] & UNCACHED:
-            payload = json.dumps([describe(op, self.rank, conflict)
-                                  for op, conflict in to_send]).encode()
+            mine = [describe(op, self.rank, conflict) for op, conflict in to_send]
             self.described += len(to_send)
             for op, _ in to_send:
                 op.sent = True
@@ -259,13 +268,13 @@ class Controller:
             evict: list[str] = []
             for rank in range(self.size):
                 if flags[rank] & UNCACHED:
-                    data = payload if rank == 0 else self._recv_bytes(rank)
-                    self._take(json.loads(data), evict)
+                    self._take(mine if rank == 0 else json.loads(self._recv_bytes(rank)),
+                               evict)
             response = self._respond(outcome.joined, evict)
             self._bcast_bytes(json.dumps(response).encode())
         else:
-            if payload:
-                self._send_bytes(payload, 0)
+            if mine:
+                self._send_bytes(json.dumps(mine).encode(), 0)
             response = json.loads(self._bcast_bytes(b""))
         self._apply(response, outcome)
 

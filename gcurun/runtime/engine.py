@@ -111,15 +111,46 @@ class Engine:
             handle = self._next_handle
             self._next_handle += 1
             self._handles[handle] = Handle(list(ops), grouped)
-            if self._failure is not None:
-                for op in ops:
-                    op.finish(exception=PeerFailureError(
-                        f"{op.title}: the job failed earlier ({self._failure}); call "
-                        "shutdown() and init() to start again"))
-            else:
-                self._incoming.extend(ops)
-                self._lock.notify()
+            self._enqueue(ops, notify=True)
         return handle
+
+    def _enqueue(self, ops: Sequence[Op], notify: bool) -> None:
+        """Queue ``ops`` (holding ``_lock``), or fail them if the engine cannot go on."""
+        if self._failure is not None:
+            for op in ops:
+                op.finish(exception=PeerFailureError(
+                    f"{op.title}: the job failed earlier ({self._failure}); call "
+                    "shutdown() and init() to start again"))
+        else:
+            self._incoming.extend(ops)
+            if notify:
+                self._lock.notify()
+
+    def run_now(self, op: Op) -> Any:
+        """Submit ``op`` and wait for its result: the synchronous calls.
+
+        While the engine thread is idle the caller runs the cycles itself and the engine
+        thread is not woken at all (no handle, no thread switch). Otherwise this is
+        :meth:`submit` and :meth:`synchronize`.
+        """
+        if not self._cycling.acquire(blocking=False):
+            return self.synchronize(self.submit([op]))
+        try:
+            with self._lock:
+                self._enqueue((op,), notify=False)
+            deadline = time.monotonic() + self.timeout
+            while not op.done.is_set() and not self._ended and \
+                    time.monotonic() < deadline:
+                self._one_cycle()
+        finally:
+            self._cycling.release()
+        if not op.done.is_set():
+            with self._lock:            # the engine thread takes over from here
+                self._lock.notify()
+            self._wait(op, deadline)
+        if op.exception is not None:
+            raise op.exception
+        return op.result
 
     def poll(self, handle: int) -> bool:
         """Whether ``handle``'s ops are done (never blocks)."""
@@ -144,8 +175,9 @@ class Engine:
         results = [op.result for op in found.ops]
         return results if found.grouped else results[0]
 
-    def _wait(self, op: Op) -> None:
-        deadline = time.monotonic() + self.timeout
+    def _wait(self, op: Op, deadline: float | None = None) -> None:
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
         if not op.done.is_set() and self._cycling.acquire(blocking=False):
             try:
                 while not op.done.is_set() and not self._ended and \

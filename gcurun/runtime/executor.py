@@ -70,14 +70,16 @@ class Executor:
         """Run ``items`` (fusing what may be fused); ``complete(op, result)`` for each of
         this rank's ops as soon as its batch is done."""
         keys: list[tuple[fusion.BatchKey | None, int]] = []
-        for agreed, _ in items:
+        for agreed, _ in items if len(items) > 1 else ():
             if agreed.kind == OpKind.ALLREDUCE:
                 keys.append((fusion.BatchKey(agreed.code, agreed.rop, agreed.prescale,
                                              agreed.postscale),
                              agreed.elements * agreed.dtype.itemsize))
             else:
                 keys.append((None, 0))
-        for batch in fusion.plan_batches(keys, self.threshold_bytes):
+        batches = fusion.plan_batches(keys, self.threshold_bytes) if len(items) > 1 else \
+            [[0]] if items else []
+        for batch in batches:
             members = [items[i] for i in batch]
             self.stats["batches"] += 1
             self.stats["fused"] += len(members) if len(members) > 1 else 0
