@@ -30,6 +30,22 @@ def read_ranks(directory: Path, size: int) -> list[dict]:
     return [json.loads((directory / f"rank-{r}.json").read_text()) for r in range(size)]
 
 
+def rank_reports(out: str) -> dict[int, dict]:
+    """Rank -> the JSON object that rank printed, from gcurun's ``[rank] ...`` console
+    output; lines that are not JSON objects are skipped."""
+    found = {}
+    for line in out.splitlines():
+        prefix, _, rest = line.partition(" ")
+        if rest.startswith("{"):
+            found[int(prefix.strip("[]"))] = json.loads(rest)
+    return found
+
+
+def all_pids(records: list[dict]) -> list[int]:
+    """The pids of the ranks of worker.py records and of the grandchildren they started."""
+    return [r["pid"] for r in records] + [r["grandchild"] for r in records if r["grandchild"]]
+
+
 def survivors(pids: list[int], timeout: float = 5.0) -> list[int]:
     """The pids that are still alive (not zombies) after giving them ``timeout`` to go."""
     def alive(pid: int) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import ROOT, gcurun_cmd, run_gcurun, wait_for
+from tests.helpers import ROOT, gcurun_cmd, rank_reports, run_gcurun, wait_for
 
 # The namespace-host fixture (conftest.py, netns.py) and rank_report.py come with the SSH
 # launcher's tests; without them there is nothing to run on.
@@ -31,15 +31,6 @@ RANK = str(Path(__file__).resolve().parent / "rank_report.py")
 def mpi_args(cluster, *hosts):
     return ["--mpi", "-H", ",".join(hosts), "--ssh-config", str(cluster.ssh_config),
             "--network-interface", f"{cluster.subnet_prefix}.0/24", "--grace-seconds", "3"]
-
-
-def reports(out: str) -> dict[int, dict]:
-    found = {}
-    for line in out.splitlines():
-        prefix, _, rest = line.partition(" ")
-        if rest.startswith("{"):
-            found[int(prefix.strip("[]"))] = json.loads(rest)
-    return found
 
 
 def with_token(token: str) -> list[psutil.Process]:
@@ -67,7 +58,7 @@ def test_ranks_run_inside_their_hosts_with_gcuruns_variables(netns_cluster):
     res = run_gcurun(*mpi_args(netns_cluster, "h1:2", "h2:2"), "-x", "TEST_TOKEN=t0",
                      sys.executable, RANK)
     assert res.returncode == 0, res.stderr
-    got = reports(res.stdout)
+    got = rank_reports(res.stdout)
     assert sorted(got) == [0, 1, 2, 3]
     inodes = {h.name: h.net_namespace_inode() for h in netns_cluster.hosts}
     for rank, rep in got.items():
@@ -86,7 +77,7 @@ def test_uneven_hosts_give_horovods_cross_ranks(netns_cluster):
     res = run_gcurun(*mpi_args(netns_cluster, "h1:1", "h2:2", "h3:2"), sys.executable, RANK)
     assert res.returncode == 0, res.stderr
     got = {r: (rep["hostname"], rep["env"]["LOCAL_RANK"], rep["env"]["GCURUN_CROSS_RANK"],
-               rep["env"]["GCURUN_CROSS_SIZE"]) for r, rep in reports(res.stdout).items()}
+               rep["env"]["GCURUN_CROSS_SIZE"]) for r, rep in rank_reports(res.stdout).items()}
     assert got == {0: ("h1", "0", "0", "3"), 1: ("h2", "0", "1", "3"),
                    2: ("h2", "1", "0", "2"), 3: ("h3", "0", "2", "3"),
                    4: ("h3", "1", "1", "2")}

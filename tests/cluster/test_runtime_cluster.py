@@ -3,12 +3,11 @@ ranks reach it at the launcher's address on their SSH connection."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
 
-from tests.helpers import RANKS, run_gcurun
+from tests.helpers import RANKS, rank_reports, run_gcurun
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
@@ -18,11 +17,8 @@ def test_allreduce_across_two_hosts_over_tcp(netns_cluster):
                      str(netns_cluster.ssh_config), sys.executable,
                      str(RANKS / "collective_check.py"), timeout=120)
     assert res.returncode == 0, res.stderr
-    got = {}
-    for line in res.stdout.splitlines():
-        prefix, _, rest = line.partition(" ")
-        got[int(prefix.strip("[]"))] = json.loads(rest)
-    assert sorted(got) == [0, 1, 2, 3]
+    got = rank_reports(res.stdout)
+    assert len(res.stdout.splitlines()) == 4 and sorted(got) == [0, 1, 2, 3]
     names = ["h1", "h1", "h2", "h2"]  # each namespace host has its own UTS hostname
     for rank, rep in got.items():
         assert rep["backend"] == "tcp"

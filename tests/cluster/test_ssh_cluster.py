@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.cluster.driver import run_in_process
-from tests.helpers import ROOT, run_gcurun, wait_for
+from tests.helpers import ROOT, rank_reports, run_gcurun, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
@@ -27,16 +27,6 @@ DRIVER = str(HERE / "driver.py")
 def spec(cluster, hosts, argv, **extra):
     return {"ssh_config": str(cluster.ssh_config), "hosts": hosts, "argv": argv,
             "workdir": str(ROOT), **extra}
-
-
-def reports(out: str) -> dict[int, dict]:
-    """Rank -> the JSON report rank_report.py printed (from prefixed console output)."""
-    found = {}
-    for line in out.splitlines():
-        prefix, _, rest = line.partition(" ")
-        if rest.startswith("{"):
-            found[int(prefix.strip("[]"))] = json.loads(rest)
-    return found
 
 
 def processes_with(token: str) -> list[psutil.Process]:
@@ -76,7 +66,7 @@ def test_ranks_get_their_environment_and_run_inside_their_hosts(netns_cluster, t
         env={"TEST_TOKEN": token}, secrets={"GCURUN_SECRET": "s3cret-" + token},
         output_dir=str(tmp_path)))
     assert result == {"error": None}, err
-    got = reports(out)
+    got = rank_reports(out)
     assert sorted(got) == [0, 1, 2, 3]
     for rank, r in got.items():
         host = netns_cluster.host("h1" if rank < 2 else "h2")
@@ -102,7 +92,7 @@ def test_a_mixed_plan_runs_the_launchers_own_ranks_locally(netns_cluster):
     result, out, err = run_in_process(spec(
         netns_cluster, [["localhost", 1], ["h2", 1]], [sys.executable, RANK]))
     assert result == {"error": None}, err
-    got = reports(out)
+    got = rank_reports(out)
     assert got[0]["netns"] == os.stat("/proc/self/ns/net").st_ino
     assert got[1]["hostname"] == "h2"
     assert got[1]["netns"] == netns_cluster.host("h2").net_namespace_inode()
@@ -213,7 +203,7 @@ def test_proxy_jump_and_command_reach_a_host_only_through_another(netns_cluster,
                                        "hosts": [["inner", 1], ["inner2", 1]],
                                        "argv": [sys.executable, RANK], "workdir": "/"})
     assert result == {"error": None}, err
-    got = reports(out)
+    got = rank_reports(out)
     assert got[0]["hostname"] == got[1]["hostname"] == "h1"
     assert got[0]["netns"] == netns_cluster.host("h1").net_namespace_inode()
 
@@ -234,7 +224,7 @@ def start_driver(netns_cluster, tmp_path, token, go_file):
             lines.append(line)
 
     threading.Thread(target=read, daemon=True).start()
-    wait_for("all 4 ranks to report", lambda: len(reports("".join(lines))) == 4, 30)
+    wait_for("all 4 ranks to report", lambda: len(rank_reports("".join(lines))) == 4, 30)
     return proc, lines
 
 
@@ -278,7 +268,7 @@ def test_the_cli_exits_with_a_remote_ranks_code(netns_cluster):
     assert first.startswith("gcurun: job failed: rank ")
     assert first.endswith("exited with code 5 (root cause); every other rank was stopped")
     rank, host = int(first.split()[4]), first.split()[6]
-    assert reports(done.stdout)[rank]["hostname"] == host  # its output came back first
+    assert rank_reports(done.stdout)[rank]["hostname"] == host  # its output came back first
 
 
 def test_the_cli_reports_preflight_failures_and_exits_1(netns_cluster, tmp_path):

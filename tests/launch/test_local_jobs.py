@@ -15,7 +15,7 @@ from gcurun.hosts.api import HostSpec
 from gcurun.launch.output import OutputSink
 from gcurun.launch.plan import build_plan
 from gcurun.launch.runner import run_job
-from tests.helpers import RANKS, read_ranks, survivors, wait_for
+from tests.helpers import RANKS, all_pids, read_ranks, survivors, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,10 +28,6 @@ def job(tmp_path, np, *args, grace=2.0):
     out, err = io.StringIO(), io.StringIO()
     sink = OutputSink(out, err, output_dir=str(tmp_path / "logs"))
     return plan, Settings(grace_seconds=grace), sink, out, err
-
-
-def all_pids(records):
-    return [r["pid"] for r in records] + [r["grandchild"] for r in records if r["grandchild"]]
 
 
 def test_success_gives_each_rank_its_identity(tmp_path):

@@ -16,7 +16,7 @@ from gcurun.hosts.api import HostSpec
 from gcurun.launch.output import OutputSink
 from gcurun.launch.plan import build_plan
 from gcurun.launch.runner import run_job
-from tests.helpers import RANKS, read_ranks, survivors, wait_for
+from tests.helpers import RANKS, all_pids, read_ranks, survivors, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.mpi,
               pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")]
@@ -31,10 +31,6 @@ def job(tmp_path, np, *args, grace=2.0, **settings):
     out, err = io.StringIO(), io.StringIO()
     sink = OutputSink(out, err, output_dir=str(tmp_path / "logs"))
     return plan, Settings(launcher="mpi", grace_seconds=grace, **settings), sink, out, err
-
-
-def all_pids(records):
-    return [r["pid"] for r in records] + [r["grandchild"] for r in records if r["grandchild"]]
 
 
 def test_ranks_see_the_plan_environment(tmp_path):

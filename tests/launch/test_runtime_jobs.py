@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import RANKS, run_gcurun
+from tests.helpers import RANKS, rank_reports, run_gcurun
 
 pytestmark = pytest.mark.integration
 
@@ -19,20 +19,12 @@ def expected_checksum(size: int) -> int:
     return sum(range(1001)) * size * (size + 1) // 2
 
 
-def reports(out: str) -> dict[int, dict]:
-    found = {}
-    for line in out.splitlines():
-        prefix, _, rest = line.partition(" ")
-        found[int(prefix.strip("[]"))] = json.loads(rest)
-    return found
-
-
 @pytest.mark.parametrize("np", [2, 3])
 def test_local_launch_runs_the_tcp_backend(np):
     res = run_gcurun("-np", str(np), sys.executable, CHECK)
     assert res.returncode == 0, res.stderr
-    got = reports(res.stdout)
-    assert sorted(got) == list(range(np))
+    got = rank_reports(res.stdout)
+    assert len(res.stdout.splitlines()) == np and sorted(got) == list(range(np))
     for rank, rep in got.items():
         assert (rep["backend"], rep["rank"], rep["size"], rep["local_rank"]) == \
                ("tcp", rank, np, rank)
