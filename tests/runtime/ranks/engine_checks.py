@@ -13,26 +13,15 @@ import numpy as np
 
 import gcurun.runtime as hvd
 from gcurun.runtime import basics
+from tests.runtime.checks import Checks as BaseChecks
 
 SHAPES = [(0,), (1,), (3, 5), (7,), (257,), (1000,), (64, 64), (70001,), (300, 1000),
           (5,), (0, 4), (2048,), (33,), (400000,)]
 DTYPES = [np.float32, np.float64, np.int32, np.int64]
 
 
-class Checks:
-    def __init__(self) -> None:
-        self.rank, self.size = hvd.rank(), hvd.size()
-        self.count = 0
-
-    def ok(self, condition: bool, what: str) -> None:
-        assert condition, f"rank {self.rank}/{self.size}: {what}"
-        self.count += 1
-
-    def equal(self, got: np.ndarray, want: np.ndarray, what: str) -> None:
-        self.ok(got.dtype == want.dtype and got.shape == want.shape
-                and np.array_equal(got, want),
-                f"{what}: got {got.dtype}{got.shape} {got.ravel()[:5]}, want "
-                f"{want.dtype}{want.shape} {want.ravel()[:5]}")
+class Checks(BaseChecks):
+    """The runtime suite's checks, plus the engine's: handles, orders, mismatches."""
 
     def raises(self, error: type, handle: int, *needles: str) -> None:
         try:
@@ -224,7 +213,7 @@ class Checks:
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     hvd.init()
-    checks = Checks()
+    checks = Checks(hvd)
     engine = basics._state.engine
     checks.orders(steps)
     checks.steady(1)
