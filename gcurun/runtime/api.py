@@ -54,6 +54,13 @@ class Transport(Protocol):
         """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf`` from ``source``,
         overlapped, so that rings of ranks never deadlock."""
 
+    def sendrecv_parts(self, sendbufs: list[Buffer], dest: int, recvbufs: list[Buffer],
+                       source: int) -> None:
+        """:meth:`sendrecv` of one message each way made of several buffers: the
+        concatenation of ``sendbufs`` goes to ``dest``; the message from ``source`` fills
+        ``recvbufs`` in order. The two ends may cut a message differently; the totals
+        match. (Fused tensors travel so, without being copied into one buffer first.)"""
+
     def close(self) -> None:
         """Release connections and threads. Idempotent."""
 

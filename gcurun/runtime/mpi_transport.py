@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from gcurun.runtime.algorithms import staged_sendrecv_parts
 from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
+from gcurun.runtime.cma import address_of
 from gcurun.runtime.env import RankFacts
 
 TAG = 0x6763
@@ -50,6 +52,44 @@ class MPITransport:
 
     def sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int) -> None:
         self._transfer(sendbuf, dest, recvbuf, source)
+
+    def sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
+                       recvbufs: Sequence[Buffer], source: int) -> None:
+        """One message each way made of several buffers, described to MPI as an indexed
+        datatype of absolute addresses, so the pieces are never copied into one buffer."""
+        sends = [buf for buf in sendbufs if buf.nbytes]
+        recvs = [buf for buf in recvbufs if buf.nbytes]
+        if len(sends) <= 1 and len(recvs) <= 1:
+            self._transfer(sends[0] if sends else None, dest, recvs[0] if recvs else None,
+                           source)
+            return
+        if sum(buf.nbytes for buf in sends) > PIECE_BYTES or \
+                sum(buf.nbytes for buf in recvs) > PIECE_BYTES:
+            staged_sendrecv_parts(self, sends, dest, recvs, source)
+            return
+        mpi, comm = self._mpi, self.comm
+        types = []
+        try:
+            requests = []
+            if recvs:
+                types.append(self._indexed(recvs))
+                requests.append(comm.Irecv([mpi.BOTTOM, 1, types[-1]], source, TAG))
+            if sends:
+                types.append(self._indexed(sends))
+                requests.append(comm.Isend([mpi.BOTTOM, 1, types[-1]], dest, TAG))
+            if not mpi.Request.Testall(requests):
+                self._wait(requests, ([source] if recvs else []) + ([dest] if sends else []))
+        except mpi.Exception as exc:
+            raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
+                                   f"{source if recvs else dest}: {exc}") from None
+        finally:
+            for datatype in types:
+                datatype.Free()
+
+    def _indexed(self, bufs: list[Buffer]) -> Any:
+        """A committed datatype whose one element is the bytes of ``bufs``, in order."""
+        return self._byte.Create_hindexed([buf.nbytes for buf in bufs],
+                                          [address_of(buf) for buf in bufs]).Commit()
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:

@@ -169,6 +169,19 @@ def test_sub_communicators(size: int) -> None:
         assert job.lines(f"rank {rank} ok:"), job.stdout
 
 
+@pytest.mark.mpi
+@needs_mpi
+@pytest.mark.parametrize("env", [{}, {"GCURUN_CMA": "0"}, {"GCURUN_CMA": "0", "GCURUN_SHM": "0"}],
+                         ids=["single-copy", "shared-memory-rings", "unix-sockets"])
+def test_messages_of_several_pieces_on_both_transports(env: dict) -> None:
+    """sendrecv_parts around a ring of 3: sender and receiver cut each message their own
+    way (mpi: indexed datatypes; tcp: one descriptor and one read, or stream pieces)."""
+    job = run_job("mpi", 3, "parts.py", env=env)
+    assert job.returncodes == [0], job.stdout + job.stderr
+    for rank in range(3):
+        assert job.lines(f"rank {rank} of 3 parts ok: 14 exchanges"), job.stdout + job.stderr
+
+
 QUICK_BENCH = (str(ROOT / "benchmarks" / "allreduce.py"), "--max-bytes", "8192", "--rounds",
                "1", "--seconds", "0.001")
 

@@ -1,0 +1,56 @@
+"""Rank script (under mpirun): ``sendrecv_parts`` on both transports, around a ring.
+
+Each rank sends a message of known bytes to its right neighbour cut into pieces one way,
+and receives its left neighbour's message into pieces cut another way: small messages
+(through the rings or sockets) and large ones (single-copy reads), zero-length pieces,
+more pieces than one system call takes, and one side whole. Prints one line per rank."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gcurun.runtime.bench import open_job
+from gcurun.runtime.env import read_runtime_env
+
+CASES = [        # (bytes, pieces the sender cuts, pieces the receiver cuts)
+    (100, 3, 1), (100, 1, 4), (4096, 7, 5),
+    (1 << 20, 1, 9), (1 << 20, 13, 1), ((1 << 20) + 3, 40, 17), (3 << 20, 1500, 2100),
+]
+
+
+def cut(buf: np.ndarray, pieces: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``buf`` in ``pieces`` views of random lengths (some empty), in order."""
+    edges = np.sort(rng.integers(0, len(buf) + 1, pieces - 1)) if pieces > 1 else []
+    bounds = [0, *[int(e) for e in edges], len(buf)]
+    # Separate allocations, like the tensors of a model, not views of one buffer.
+    return [buf[a:b].copy() for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def pattern(rank: int, nbytes: int) -> np.ndarray:
+    return ((np.arange(nbytes, dtype=np.int64) * 7 + rank * 13) % 251).astype(np.uint8)
+
+
+def main() -> None:
+    job = open_job(read_runtime_env(), ["mpi", "tcp"])
+    rank, size = job.rank, job.size
+    right, left = (rank + 1) % size, (rank - 1) % size
+    checked = 0
+    for backend, comm in job.communicators.items():
+        t = comm.transport
+        for index, (nbytes, send_cuts, recv_cuts) in enumerate(CASES):
+            rng = np.random.default_rng([rank, index])
+            sends = cut(pattern(rank, nbytes), send_cuts, rng)
+            recvs = [np.zeros_like(piece) for piece in cut(np.empty(nbytes, np.uint8),
+                                                           recv_cuts, rng)]
+            t.sendrecv_parts(sends, right, recvs, left)
+            got = np.concatenate(recvs)
+            assert np.array_equal(got, pattern(left, nbytes)), (backend, nbytes, send_cuts,
+                                                                recv_cuts)
+            checked += 1
+    for close in job.closers:
+        close()
+    print(f"rank {rank} of {size} parts ok: {checked} exchanges", flush=True)
+
+
+if __name__ == "__main__":
+    main()
