@@ -75,7 +75,8 @@ class Engine:
         stall = StallInspector(self.size, env.stall_check_warning_seconds,
                                env.stall_check_shutdown_seconds, report)
         self.controller = Controller(transport, capacity, chunk_bytes, self.timeline, stall)
-        self.executor = Executor(transport, chunk_bytes, threshold_bytes, self.timeline)
+        self.executor = Executor(transport, chunk_bytes, threshold_bytes, self.timeline,
+                                 huge_pages=env.huge_pages)
         self._lock = threading.Condition()
         self._incoming: list[Op] = []
         self._handles: dict[int, Handle] = {}
