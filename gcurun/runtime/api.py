@@ -56,10 +56,11 @@ class Transport(Protocol):
 
     def sendrecv_parts(self, sendbufs: list[Buffer], dest: int, recvbufs: list[Buffer],
                        source: int) -> None:
-        """:meth:`sendrecv` of one message each way made of several buffers: the
-        concatenation of ``sendbufs`` goes to ``dest``; the message from ``source`` fills
-        ``recvbufs`` in order. The two ends may cut a message differently; the totals
-        match. (Fused tensors travel so, without being copied into one buffer first.)"""
+        """:meth:`sendrecv` of messages made of several buffers: ``sendbufs`` go to
+        ``dest`` while what ``source`` sends fills ``recvbufs``. The receiver cuts a
+        message exactly as its sender does (the same byte counts, in order; zero-byte
+        buffers do not count). Fused tensors travel so, without being copied into one
+        buffer first; a transport may move such a message as one."""
 
     def close(self) -> None:
         """Release connections and threads. Idempotent."""

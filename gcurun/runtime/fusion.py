@@ -122,15 +122,16 @@ def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[alg.Seg
             # The first step sends inputs; later ones the sums of the step before.
             sends = [pair[1 if step else 0] for pair in
                      pieces.parts(send_offset + start, min(chunk, send_length - start))]
-            count = max(min(chunk, recv_length - start), 0)
-            arrived = tmp[:count]
-            t.sendrecv_parts(sends, right, [arrived], left)
-            position = 0
-            for local, acc in pieces.parts(recv_offset + start, count):
-                ufunc(local, arrived[position:position + len(local)], out=acc)
+            incoming = pieces.parts(recv_offset + start, min(chunk, recv_length - start))
+            arrived, position = [], 0
+            for local, _ in incoming:         # cut as the sender cuts the same range
+                arrived.append(tmp[position:position + len(local)])
+                position += len(local)
+            t.sendrecv_parts(sends, right, arrived, left)
+            for (local, acc), theirs in zip(incoming, arrived, strict=True):
+                ufunc(local, theirs, out=acc)
                 if finish is not None and last:
                     finish(acc)
-                position += len(local)
 
 
 def ring_allgather(t: Transport, pieces: Pieces, segments: Sequence[alg.Segment]) -> None:

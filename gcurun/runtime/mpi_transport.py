@@ -15,7 +15,6 @@ from typing import Any
 
 from gcurun.runtime.algorithms import staged_sendrecv_parts
 from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
-from gcurun.runtime.cma import address_of
 from gcurun.runtime.env import RankFacts
 
 TAG = 0x6763
@@ -55,41 +54,27 @@ class MPITransport:
 
     def sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
                        recvbufs: Sequence[Buffer], source: int) -> None:
-        """One message each way made of several buffers, described to MPI as an indexed
-        datatype of absolute addresses, so the pieces are never copied into one buffer."""
+        """One MPI message per piece, all of them in flight at once: each large piece
+        takes the MPI library's single-copy path where it lies (an indexed datatype over
+        the pieces would be packed through bounce buffers instead)."""
         sends = [buf for buf in sendbufs if buf.nbytes]
         recvs = [buf for buf in recvbufs if buf.nbytes]
         if len(sends) <= 1 and len(recvs) <= 1:
             self._transfer(sends[0] if sends else None, dest, recvs[0] if recvs else None,
                            source)
             return
-        if sum(buf.nbytes for buf in sends) > PIECE_BYTES or \
-                sum(buf.nbytes for buf in recvs) > PIECE_BYTES:
+        if any(buf.nbytes > PIECE_BYTES for buf in (*sends, *recvs)):
             staged_sendrecv_parts(self, sends, dest, recvs, source)
             return
-        mpi, comm = self._mpi, self.comm
-        types = []
+        mpi, comm, byte = self._mpi, self.comm, self._byte
         try:
-            requests = []
-            if recvs:
-                types.append(self._indexed(recvs))
-                requests.append(comm.Irecv([mpi.BOTTOM, 1, types[-1]], source, TAG))
-            if sends:
-                types.append(self._indexed(sends))
-                requests.append(comm.Isend([mpi.BOTTOM, 1, types[-1]], dest, TAG))
+            requests = [comm.Irecv([buf, byte], source, TAG) for buf in recvs]
+            requests += [comm.Isend([buf, byte], dest, TAG) for buf in sends]
             if not mpi.Request.Testall(requests):
-                self._wait(requests, ([source] if recvs else []) + ([dest] if sends else []))
+                self._wait(requests, [source] * len(recvs) + [dest] * len(sends))
         except mpi.Exception as exc:
             raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
                                    f"{source if recvs else dest}: {exc}") from None
-        finally:
-            for datatype in types:
-                datatype.Free()
-
-    def _indexed(self, bufs: list[Buffer]) -> Any:
-        """A committed datatype whose one element is the bytes of ``bufs``, in order."""
-        return self._byte.Create_hindexed([buf.nbytes for buf in bufs],
-                                          [address_of(buf) for buf in bufs]).Commit()
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:

@@ -257,11 +257,10 @@ class TCPTransport:
 
     def sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
                        recvbufs: Sequence[Buffer], source: int) -> None:
-        """A sendrecv of one message each way made of several buffers: the concatenation
-        of ``sendbufs`` goes to ``dest`` while the message from ``source`` fills
-        ``recvbufs`` in order. Only the totals must match; the sides may cut differently.
-        A large message between ranks of one host is still one descriptor and one
-        single-copy read, however many pieces it has."""
+        """A sendrecv of one message each way made of several buffers (see
+        :meth:`Transport.sendrecv_parts`; here only the totals must match). A large
+        message between ranks of one host is one descriptor and one single-copy read,
+        however many pieces it has."""
         if len(sendbufs) > MAX_EXTENTS:         # more than a descriptor may list: one copy
             sendbufs = [np.concatenate([np.frombuffer(memoryview(buf).cast("B"), np.uint8)
                                         for buf in sendbufs])]
