@@ -22,6 +22,7 @@ import numpy as np
 from gcurun.runtime import basics
 from gcurun.runtime.api import NotInitializedError, ReduceOp
 from gcurun.runtime.arguments import dtype_error, reduce_error, reduce_op, rows_error, send_counts
+from gcurun.runtime.controller import InlinePlan
 from gcurun.runtime.dtypes import as_array, flat_contiguous
 from gcurun.runtime.engine import Engine
 from gcurun.runtime.negotiate import OpKind
@@ -268,6 +269,9 @@ class EngineCommunicator:
     def __init__(self, engine: Engine):
         self.engine = engine
         self.rank, self.size = engine.rank, engine.size
+        # Small allreduces by signature: how they ride in the negotiation block (or
+        # None: they do not fit).
+        self._plans: dict[tuple, InlinePlan | None] = {}
 
     def _run(self, op: Op) -> Any:
         return self.engine.run_now(op)
@@ -275,8 +279,34 @@ class EngineCommunicator:
     def allreduce(self, tensor: Any, op: Any = ReduceOp.AVERAGE, prescale_factor: float = 1.0,
                   postscale_factor: float = 1.0, name: str | None = None,
                   inplace: bool = False) -> np.ndarray:
-        return self._run(allreduce_op(self.engine, tensor, op, prescale_factor,
-                                      postscale_factor, name, inplace))
+        engine = self.engine
+        auto = name is None
+        if type(tensor) is np.ndarray and prescale_factor == 1.0 and \
+                tensor.flags.c_contiguous and (not inplace or tensor.flags.writeable):
+            if auto:
+                name = engine.auto_name("allreduce")
+            key = (tensor.dtype, tensor.shape, op, name, postscale_factor)
+            try:
+                plan = self._plans[key]
+            except KeyError:
+                plan = self._plan(key, tensor, op, str(name), postscale_factor)
+            if plan is not None:
+                result = engine.allreduce_now(plan, tensor, inplace)
+                if result is not None:
+                    return result
+        return self._run(allreduce_op(engine, tensor, op, prescale_factor, postscale_factor,
+                                      name, inplace))
+
+    def _plan(self, key: tuple, tensor: np.ndarray, op: Any, name: str,
+              postscale: float) -> InlinePlan | None:
+        rop, error = reduce_op(op)
+        plan = None
+        if not (error or reduce_error(tensor, rop, 1.0, postscale)):
+            plan = self.engine.controller.plan_inline(name, tensor, rop, postscale)
+        if len(self._plans) >= 4096:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
 
     def reducescatter(self, tensor: Any, op: Any = ReduceOp.AVERAGE,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,

@@ -12,6 +12,12 @@ Pacing: while ops wait, a cycle starts every ``cycle_time_ms`` (so that ops subm
 close together are fused); an engine with nothing to do starts its next cycle as soon as
 an op is submitted, or after ``IDLE_TICK`` seconds, to keep the other ranks' cycles
 going (every cycle is a collective).
+
+Synchronous calls run their cycles on the calling thread while the engine thread is
+idle. A small allreduce of a cached name, when this rank has nothing else going on, takes
+a quick cycle: the usual cycle for that one case written out flat, its data inline in
+the negotiation block, done after the one exchange when every rank carried it (see
+:mod:`gcurun.runtime.controller`).
 """
 
 from __future__ import annotations
@@ -26,12 +32,14 @@ import numpy as np
 
 from gcurun.errors import CollectiveError, UsageError
 from gcurun.runtime import algorithms as alg
-from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, Transport
-from gcurun.runtime.controller import Controller, Outcome, ProtocolError
+from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Transport
+from gcurun.runtime.collectives import _deliver, _finish_reduction
+from gcurun.runtime.controller import Controller, InlinePlan, Outcome, ProtocolError
+from gcurun.runtime.dtypes import UFUNCS
 from gcurun.runtime.env import RuntimeEnv
 from gcurun.runtime.executor import Executor
 from gcurun.runtime.negotiate import OpKind
-from gcurun.runtime.requests import AGREED, PENDING, Op
+from gcurun.runtime.requests import AGREED, PENDING, Agreed, Op
 from gcurun.runtime.stall import StallInspector, format_ranks
 from gcurun.runtime.timeline import Timeline, timeline_path
 
@@ -138,14 +146,75 @@ class Engine:
         try:
             with self._lock:
                 self._enqueue((op,), notify=False)
-            deadline = time.monotonic() + self.timeout
-            while not op.done.is_set() and not self._ended and \
-                    time.monotonic() < deadline:
-                self._one_cycle()
+            deadline = self._drive(op)
         finally:
             self._cycling.release()
+        return self._result(op, deadline)
+
+    def allreduce_now(self, plan: InlinePlan, tensor: np.ndarray,
+                      inplace: bool) -> np.ndarray | None:
+        """A synchronous allreduce of a contiguous ``tensor`` that fits ``plan``, in a
+        quick cycle when this rank has nothing else going on and the name is cached; None
+        when the caller must take the usual path (:meth:`run_now`) instead.
+
+        The quick cycle is the usual cycle for this one case, written out flat, with the
+        same block on the wire: when every rank carried the op inline it is done after
+        the one exchange; else it becomes an ordinary pending op of that cycle.
+        """
+        cycling = self._cycling
+        if not cycling.acquire(blocking=False):
+            return None
+        try:
+            if self._incoming or self._pending or self._ended or \
+                    self._joining is not None or self._stop_requested or \
+                    self.timeline is not None or self._failure is not None:
+                return None
+            controller = self.controller
+            slot = controller.quick_slot(plan)
+            if slot < 0:
+                return None
+            self._last_start = time.monotonic()
+            self.cycles += 1
+            try:
+                done = controller.quick_exchange(plan, slot, tensor)
+            except BaseException as exc:
+                op = self._adopt(plan, tensor, inplace, slot)
+                self._one_cycle(_raising(exc))      # fails the op, ends the engine
+                deadline = time.monotonic()
+            else:
+                if done:
+                    if controller.missing:
+                        controller.missing.pop(plan.name, None)
+                    return controller.quick_result(plan, tensor, inplace)
+                op = self._adopt(plan, tensor, inplace, slot)
+                now_ns = time.monotonic_ns()
+                self._one_cycle(lambda: self._complete([], now_ns))
+                deadline = self._drive(op)
+        finally:
+            cycling.release()
+        return self._result(op, deadline)
+
+    def _adopt(self, plan: InlinePlan, tensor: np.ndarray, inplace: bool, slot: int) -> Op:
+        """The op of a quick cycle that could not finish it: pending as any other."""
+        op = Op(OpKind.ALLREDUCE, plan.name, tensor, tensor.reshape(-1), inplace=inplace,
+                rop=int(plan.rop), postscale=plan.postscale)
+        self._pending[op.name] = op
+        self.controller.adopt(op, slot)
+        return op
+
+    def _drive(self, op: Op) -> float:
+        """Run cycles on the calling thread (holding ``_cycling``) until ``op`` is done,
+        the engine ends or the timeout passes; return the deadline."""
+        deadline = time.monotonic() + self.timeout
+        while not op.done.is_set() and not self._ended and time.monotonic() < deadline:
+            self._one_cycle()
+        return deadline
+
+    def _result(self, op: Op, deadline: float) -> Any:
+        """``op``'s result once done (the engine thread takes over the cycles when the
+        caller stopped running them), or its error."""
         if not op.done.is_set():
-            with self._lock:            # the engine thread takes over from here
+            with self._lock:
                 self._lock.notify()
             self._wait(op, deadline)
         if op.exception is not None:
@@ -231,13 +300,14 @@ class Engine:
             if self.timeline is not None:
                 self.timeline.close()
 
-    def _one_cycle(self) -> None:
-        """Run a cycle (holding ``_cycling``); on the way out of the engine's life, mark it
-        ended so that every thread stops running cycles."""
+    def _one_cycle(self, body: Callable[[], bool] | None = None) -> None:
+        """Run a cycle (holding ``_cycling``), or the rest of one (``body``); on the way
+        out of the engine's life, mark it ended so that every thread stops running
+        cycles."""
         if self._ended:
             return
         try:
-            if self._cycle():
+            if (self._cycle if body is None else body)():
                 return
         except (PeerFailureError, CollectiveTimeout) as exc:
             self._fail(exc, abort=True)
@@ -283,8 +353,14 @@ class Engine:
         now_ns = time.monotonic_ns()
         if self.timeline is not None:
             self.timeline.cycle(now_ns)
-        outcome = self.controller.cycle(self._pending, shutdown=stop,
-                                        joined=self._joining is not None, now_ns=now_ns)
+        to_send = self.controller.begin(self._pending, shutdown=stop,
+                                        joined=self._joining is not None)
+        self.controller.exchange()
+        return self._complete(to_send, now_ns)
+
+    def _complete(self, to_send: list[tuple[Op, bool]], now_ns: int) -> bool:
+        """The rest of a cycle once the blocks are gathered; False: the engine ends."""
+        outcome = self.controller.complete(to_send, self._pending, now_ns)
         self._run_outcome(outcome)
         if self.timeline is not None:
             self.timeline.maybe_flush()
@@ -329,7 +405,11 @@ class Engine:
             self.controller.negotiated(agreed.name, ready_ns)
             if self.timeline is not None:
                 self.timeline.op_start(agreed.name, OpKind(agreed.kind).name, ready_ns)
-            items.append((agreed, op))
+            if agreed is outcome.inline:
+                if op is not None:
+                    self._finish(op, self._reduce_inline(agreed, op, ready_ns))
+            else:
+                items.append((agreed, op))
         for name, error in outcome.errors:
             op = self._pending.pop(name, None)
             self.controller.negotiated(name, ready_ns)
@@ -341,6 +421,19 @@ class Engine:
         if outcome.join_done is not None and self._joining is not None:
             self._joining.finish(outcome.join_done)
             self._joining = None
+
+    def _reduce_inline(self, agreed: Agreed, op: Op, start_ns: int) -> np.ndarray:
+        """The result of an op whose data every rank's block carried: the blocks reduced
+        in rank order (the same bits on every rank, as the executor's gather-reduce)."""
+        rop = ReduceOp(agreed.rop)
+        out = op.src if op.inplace else np.empty(agreed.elements, agreed.dtype)
+        alg.reduce_blocks(UFUNCS[rop], self.controller.inline_blocks(agreed.dtype,
+                                                                     agreed.elements), out)
+        _finish_reduction(out, rop, self.size, agreed.postscale)
+        if self.timeline is not None:
+            self.timeline.activity(agreed.name, "INLINE_REDUCE", start_ns,
+                                   time.monotonic_ns())
+        return _deliver(op.arr, out, op.inplace)
 
     def _finish(self, op: Op, result: Any = None,
                 exception: BaseException | None = None) -> None:
@@ -372,6 +465,13 @@ class Engine:
         for op in ops:
             if not op.done.is_set():
                 op.finish(exception=make(op))
+
+
+def _raising(exc: BaseException) -> Callable[[], bool]:
+    def body() -> bool:
+        raise exc
+
+    return body
 
 
 def _unknown(handle: Any) -> HandleError:
