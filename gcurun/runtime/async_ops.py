@@ -58,7 +58,7 @@ def _writable(arr: np.ndarray, what: str) -> str | None:
 
 
 def allreduce_op(engine: Engine, tensor: Any, op: Any, prescale: float, postscale: float,
-                 name: str | None, inplace: bool) -> Op:
+                 name: str | None, inplace: bool, auto: bool = False) -> Op:
     arr = as_array(tensor)
     rop, error = reduce_op(op)
     error = error or reduce_error(arr, rop, prescale, postscale)
@@ -66,24 +66,26 @@ def allreduce_op(engine: Engine, tensor: Any, op: Any, prescale: float, postscal
         error = error or _writable(arr, "allreduce_")
     return Op(OpKind.ALLREDUCE, _name(engine, name, OpKind.ALLREDUCE), arr,
               None if error else flat_contiguous(arr), inplace=inplace, rop=int(rop),
-              prescale=prescale, postscale=postscale, error=error)
+              prescale=prescale, postscale=postscale, error=error,
+              auto=auto or name is None)
 
 
 def reducescatter_op(engine: Engine, tensor: Any, op: Any, prescale: float,
-                     postscale: float, name: str | None) -> Op:
+                     postscale: float, name: str | None, auto: bool = False) -> Op:
     arr = as_array(tensor)
     rop, error = reduce_op(op)
     error = error or reduce_error(arr, rop, prescale, postscale) or rows_error(arr)
     return Op(OpKind.REDUCESCATTER, _name(engine, name, OpKind.REDUCESCATTER), arr,
               None if error else flat_contiguous(arr), rop=int(rop), prescale=prescale,
-              postscale=postscale, error=error)
+              postscale=postscale, error=error, auto=auto or name is None)
 
 
-def allgather_op(engine: Engine, tensor: Any, name: str | None) -> Op:
+def allgather_op(engine: Engine, tensor: Any, name: str | None, auto: bool = False) -> Op:
     arr = as_array(tensor)
     error = dtype_error(arr) or rows_error(arr)
     return Op(OpKind.ALLGATHER, _name(engine, name, OpKind.ALLGATHER), arr,
-              None if error else flat_contiguous(arr), error=error)
+              None if error else flat_contiguous(arr), error=error,
+              auto=auto or name is None)
 
 
 def broadcast_op(engine: Engine, tensor: Any, root_rank: Any, name: str | None,
@@ -97,7 +99,7 @@ def broadcast_op(engine: Engine, tensor: Any, root_rank: Any, name: str | None,
     root = int(root_rank) if isinstance(root_rank, (int, np.integer)) else -2
     return Op(OpKind.BROADCAST, _name(engine, name, OpKind.BROADCAST), arr,
               None if error else flat_contiguous(arr), inplace=inplace, root=root,
-              error=error)
+              error=error, auto=name is None)
 
 
 def alltoall_op(engine: Engine, tensor: Any, splits: Any, name: str | None) -> Op:
@@ -106,7 +108,8 @@ def alltoall_op(engine: Engine, tensor: Any, splits: Any, name: str | None) -> O
     error = dtype_error(arr) or rows_error(arr) or error
     return Op(OpKind.ALLTOALL, _name(engine, name, OpKind.ALLTOALL), arr,
               None if error else flat_contiguous(arr),
-              splits=tuple(int(n) for n in send_rows), error=error)
+              splits=tuple(int(n) for n in send_rows), error=error,
+              auto=name is None)
 
 
 def _group(engine: Engine, name: str | None, kind: str, count: int) -> list[str]:
@@ -193,14 +196,15 @@ def _grouped_allreduce(tensors: Sequence[Any], average: bool | None, name: str |
     engine = _engine(what)
     reduce_op = _op(op, average)
     names = _group(engine, name, "grouped_allreduce", len(tensors))
-    return engine.submit([allreduce_op(engine, t, reduce_op, prescale, postscale, n, inplace)
+    return engine.submit([allreduce_op(engine, t, reduce_op, prescale, postscale, n, inplace,
+                                       name is None)
                           for t, n in zip(tensors, names, strict=True)], grouped=True)
 
 
 def grouped_allgather_async(tensors: Sequence[Any], name: str | None = None) -> int:
     engine = _engine("grouped_allgather_async")
     names = _group(engine, name, "grouped_allgather", len(tensors))
-    return engine.submit([allgather_op(engine, t, n)
+    return engine.submit([allgather_op(engine, t, n, name is None)
                           for t, n in zip(tensors, names, strict=True)], grouped=True)
 
 
@@ -211,7 +215,7 @@ def grouped_reducescatter_async(tensors: Sequence[Any], name: str | None = None,
     names = _group(engine, name, "grouped_reducescatter", len(tensors))
     reduce_op = _op(op, None)
     return engine.submit([reducescatter_op(engine, t, reduce_op, prescale_factor,
-                                           postscale_factor, n)
+                                           postscale_factor, n, name is None)
                           for t, n in zip(tensors, names, strict=True)], grouped=True)
 
 
@@ -295,7 +299,7 @@ class EngineCommunicator:
                 if result is not None:
                     return result
         return self._run(allreduce_op(engine, tensor, op, prescale_factor, postscale_factor,
-                                      name, inplace))
+                                      name, inplace, auto))
 
     def _plan(self, key: tuple, tensor: np.ndarray, op: Any, name: str,
               postscale: float) -> InlinePlan | None:
@@ -326,7 +330,8 @@ class EngineCommunicator:
         return self._run(alltoall_op(self.engine, tensor, splits, name))
 
     def barrier(self) -> None:
-        self._run(Op(OpKind.BARRIER, self.engine.auto_name(OpKind.BARRIER.label)))
+        self._run(Op(OpKind.BARRIER, self.engine.auto_name(OpKind.BARRIER.label),
+                     auto=True))
 
     def broadcast_object(self, obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
         """``root_rank``'s object, pickled: a broadcast of its size, then of its bytes."""

@@ -22,10 +22,11 @@ the negotiation block, done after the one exchange when every rank carried it (s
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,10 @@ from gcurun.runtime.timeline import Timeline, timeline_path
 log = logging.getLogger("gcurun.runtime.engine")
 
 IDLE_TICK = 0.01
+# How many names unnamed ops of one kind take in turn: a multiple of every period up to
+# 6, so that a loop of a few unnamed calls of different shapes finds each name cached
+# with the shape it had the last time round.
+AUTO_NAMES = 60
 PROTOCOL_VERSION = 1
 MIB = 1 << 20
 
@@ -88,8 +93,9 @@ class Engine:
         self._incoming: list[Op] = []
         self._handles: dict[int, Handle] = {}
         self._next_handle = 1
-        self._counters: dict[str, int] = {}
+        self._counters: dict[str, tuple[Iterator[int], list[str]]] = {}
         self._pending: dict[str, Op] = {}           # the engine thread's own
+        self._parked: dict[str, list[Op]] = {}      # auto-named ops waiting for their name
         self._joining: Op | None = None
         self._stop_requested = False
         self._failure: str | None = None            # set once the engine cannot go on
@@ -106,11 +112,20 @@ class Engine:
 
     def auto_name(self, label: str) -> str:
         """The next name for an unnamed op of kind ``label`` (``allreduce.noname.3``):
-        unnamed calls must come in the same order on every rank."""
-        with self._lock:
-            n = self._counters.get(label, 0)
-            self._counters[label] = n + 1
-        return f"{label}.noname.{n}"
+        unnamed calls must come in the same order on every rank.
+
+        The names come round every ``AUTO_NAMES`` calls, so that unnamed ops hit the
+        response cache like named ones (a loop of calls of a few signatures repeats its
+        names with the same signatures); an op whose name is still pending on this rank
+        waits for it (see :meth:`_admit`).
+        """
+        found = self._counters.get(label)
+        if found is None:
+            with self._lock:
+                found = self._counters.setdefault(label, (
+                    itertools.count(), [f"{label}.noname.{n}" for n in range(AUTO_NAMES)]))
+        counter, names = found
+        return names[next(counter) % AUTO_NAMES]    # next(): atomic, calls from any thread
 
     def submit(self, ops: Sequence[Op], grouped: bool = False) -> int:
         """Queue ``ops`` for the engine (all in one cycle); return their handle. Never
@@ -165,7 +180,7 @@ class Engine:
         if not cycling.acquire(blocking=False):
             return None
         try:
-            if self._incoming or self._pending or self._ended or \
+            if self._incoming or self._pending or self._parked or self._ended or \
                     self._joining is not None or self._stop_requested or \
                     self.timeline is not None or self._failure is not None:
                 return None
@@ -336,7 +351,7 @@ class Engine:
         ``IDLE_TICK``."""
         if self._stop_requested or self._ended:
             return 0.0
-        if self._pending or self._joining is not None:
+        if self._pending or self._parked or self._joining is not None:
             return self._last_start + self.cycle_seconds
         if self._incoming:
             return 0.0
@@ -348,6 +363,8 @@ class Engine:
         with self._lock:
             incoming, self._incoming = self._incoming, []
             stop = self._stop_requested
+        if self._parked:
+            self._unpark()
         for op in incoming:
             self._admit(op)
         now_ns = time.monotonic_ns()
@@ -384,12 +401,26 @@ class Engine:
                 self._joining = op
             return
         if op.name in self._pending:
+            if op.auto:
+                # An automatic name comes round again while its last op still waits:
+                # this one waits its turn (the same on every rank: names follow the
+                # order of calls, completions are agreed).
+                self._parked.setdefault(op.name, []).append(op)
+                return
             op.finish(exception=HandleError(
                 f"{op.title}: an op of this name is still pending on this rank; synchronize "
                 "it before submitting the name again, or give each op its own name"))
             return
         self._pending[op.name] = op
         self.controller.admit(op)
+
+    def _unpark(self) -> None:
+        """Admit each parked op whose name is free again (oldest first)."""
+        for name in [name for name in self._parked if name not in self._pending]:
+            waiting = self._parked[name]
+            self._admit(waiting.pop(0))
+            if not waiting:
+                del self._parked[name]
 
     def _run_outcome(self, outcome: Outcome) -> None:
         ready_ns = time.monotonic_ns()
@@ -458,6 +489,9 @@ class Engine:
             self._failure = self._failure or reason
             incoming, self._incoming = self._incoming, []
         ops = list(self._pending.values()) + incoming
+        for waiting in self._parked.values():
+            ops.extend(waiting)
+        self._parked.clear()
         if self._joining is not None:
             ops.append(self._joining)
         self._pending.clear()

@@ -36,15 +36,16 @@ class Op:
 
     __slots__ = ("kind", "name", "arr", "src", "inplace", "dtype", "code", "shape", "rop",
                  "root", "prescale", "postscale", "splits", "error", "submitted_ns", "done",
-                 "result", "exception", "position", "sent", "state", "key")
+                 "result", "exception", "position", "sent", "state", "key", "auto")
 
     def __init__(self, kind: OpKind, name: str, arr: np.ndarray | None = None,
                  src: np.ndarray | None = None, *, inplace: bool = False,
                  rop: int = -1, root: int = -1, prescale: float = 1.0,
                  postscale: float = 1.0, splits: tuple[int, ...] | None = None,
-                 error: str | None = None):
+                 error: str | None = None, auto: bool = False):
         self.kind = kind
         self.name = name
+        self.auto = auto                # the engine named it (the caller gave no name)
         # The caller's array (results are shaped like it) and its flat contiguous data;
         # ops without data (barrier) and ops with bad arguments (never run) have none.
         self.arr: np.ndarray = _NOTHING if arr is None else arr

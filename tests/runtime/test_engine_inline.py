@@ -1,6 +1,6 @@
 """Small allreduces through the engine: their data rides in the negotiation block (one
-exchange per call, in the caller's quick cycle or the engine's usual one), and every
-fallback stays correct."""
+exchange per call, in the caller's quick cycle or the engine's usual one), unnamed calls
+take recurring names that hit the response cache, and every fallback stays correct."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from gcurun.runtime import async_ops as ops
 from gcurun.runtime import engine as engine_module
 from gcurun.runtime.api import MismatchError, PeerFailureError, ReduceOp
 from gcurun.runtime.async_ops import EngineCommunicator
-from gcurun.runtime.engine import Engine, start_engine
+from gcurun.runtime.engine import AUTO_NAMES, Engine, start_engine
 from gcurun.runtime.env import RuntimeEnv
 from tests.runtime.engines import run_engines
 from tests.runtime.threads import QueueTransport
@@ -142,6 +142,42 @@ def test_a_mismatch_on_the_quick_path_fails_everywhere_and_the_engine_goes_on() 
     messages, _ = run_engines(2, body)
     assert messages[0] == messages[1]
     assert "allreduce 'm': ranks disagree on the shape" in messages[0]
+
+
+def test_unnamed_calls_reuse_their_names_and_still_catch_mismatches() -> None:
+    shapes = [(1,), (3,), (2, 2)]        # a loop of three calls of different shapes
+
+    def body(engine: Engine) -> tuple[int, str]:
+        comm = EngineCommunicator(engine)
+        r = engine.rank
+        for call in range(3 * AUTO_NAMES):
+            shape = shapes[call % 3]
+            got = comm.allreduce(np.full(shape, r + call, np.int64), ReduceOp.SUM)
+            assert got.tolist() == np.full(shape, 2 * call + 1).tolist()
+        described = engine.controller.described
+        with pytest.raises(MismatchError) as info:
+            comm.allreduce(np.ones(2 if r == 0 else 5), ReduceOp.SUM)
+        return described, str(info.value)
+
+    results, _ = run_engines(2, body)
+    for described, message in results:
+        assert described == AUTO_NAMES        # each name described once, then cached
+        assert "allreduce 'allreduce.noname.0': ranks disagree on the shape" in message
+
+
+def test_unnamed_async_ops_beyond_the_names_wait_their_turn() -> None:
+    count = AUTO_NAMES + 7
+
+    def body(engine: Engine) -> list[list[float]]:
+        r = engine.rank
+        handles = [engine.submit([ops.allreduce_op(engine, np.full(2, float(i + r)),
+                                                   ReduceOp.SUM, 1.0, 1.0, None, False)])
+                   for i in range(count)]
+        return [engine.synchronize(h).tolist() for h in handles]
+
+    results, _ = run_engines(2, body)
+    want = [[2.0 * i + 1] * 2 for i in range(count)]
+    assert results[0] == results[1] == want
 
 
 def test_a_shutdown_seen_in_a_quick_cycle_fails_the_op() -> None:
