@@ -40,7 +40,7 @@ from gcurun.runtime.dtypes import UFUNCS
 from gcurun.runtime.env import RuntimeEnv
 from gcurun.runtime.executor import Executor
 from gcurun.runtime.negotiate import OpKind
-from gcurun.runtime.requests import AGREED, PENDING, Agreed, Op
+from gcurun.runtime.requests import AGREED, DONE, PENDING, Agreed, Op
 from gcurun.runtime.stall import StallInspector, format_ranks
 from gcurun.runtime.timeline import Timeline, timeline_path
 
@@ -221,14 +221,14 @@ class Engine:
         """Run cycles on the calling thread (holding ``_cycling``) until ``op`` is done,
         the engine ends or the timeout passes; return the deadline."""
         deadline = time.monotonic() + self.timeout
-        while not op.done.is_set() and not self._ended and time.monotonic() < deadline:
+        while op.state != DONE and not self._ended and time.monotonic() < deadline:
             self._one_cycle()
         return deadline
 
     def _result(self, op: Op, deadline: float) -> Any:
         """``op``'s result once done (the engine thread takes over the cycles when the
         caller stopped running them), or its error."""
-        if not op.done.is_set():
+        if op.state != DONE:
             with self._lock:
                 self._lock.notify()
             self._wait(op, deadline)
@@ -242,7 +242,7 @@ class Engine:
             found = self._handles.get(handle)
         if found is None:
             raise _unknown(handle)
-        return all(op.done.is_set() for op in found.ops)
+        return all(op.state == DONE for op in found.ops)
 
     def synchronize(self, handle: int) -> Any:
         """Wait for ``handle``'s ops; return the result (a list for grouped ops) or raise
@@ -262,15 +262,15 @@ class Engine:
     def _wait(self, op: Op, deadline: float | None = None) -> None:
         if deadline is None:
             deadline = time.monotonic() + self.timeout
-        if not op.done.is_set() and self._cycling.acquire(blocking=False):
+        if op.state != DONE and self._cycling.acquire(blocking=False):
             try:
-                while not op.done.is_set() and not self._ended and \
+                while op.state != DONE and not self._ended and \
                         time.monotonic() < deadline:
                     self._one_cycle()
             finally:
                 self._cycling.release()
         grace = True
-        while not op.done.wait(max(0.0, deadline - time.monotonic())):
+        while not op.wait(max(0.0, deadline - time.monotonic())):
             if op.state != PENDING:
                 # Running: the transport's own timeout bounds it.
                 deadline = time.monotonic() + self.timeout
@@ -497,7 +497,7 @@ class Engine:
         self._pending.clear()
         self._joining = None
         for op in ops:
-            if not op.done.is_set():
+            if op.state != DONE:
                 op.finish(exception=make(op))
 
 
