@@ -219,25 +219,33 @@ class Controller:
         """What the gathered blocks (and the slow path, when some rank needs it) decide."""
         epoch = self.cache.epoch
         heads = [head.tolist() for head in self._heads]
-        if any(head[1] != epoch for head in heads):
-            raise ProtocolError(f"the engines' response caches differ (epochs "
-                                f"{[head[1] for head in heads]}); ranks run different "
-                                "gcurun versions or settings")
+        union, carried = 0, heads[0][2]
+        for flags, their_epoch, their_carried in heads:
+            if their_epoch != epoch:
+                raise ProtocolError(f"the engines' response caches differ (epochs "
+                                    f"{[head[1] for head in heads]}); ranks run different "
+                                    "gcurun versions or settings")
+            union |= flags
+            if their_carried != carried:
+                carried = 0
         all_flags = [head[0] for head in heads]
-        outcome = Outcome(joined=frozenset(r for r, f in enumerate(all_flags) if f & JOINED))
+        outcome = Outcome()
+        if union & JOINED:
+            outcome.joined = frozenset(r for r, f in enumerate(all_flags) if f & JOINED)
         ready = self._ready_slots()
-        outcome.ready = [entry for entry in (self.cache.by_slot[s] for s in ready)
-                         if entry is not None]
-        carried = heads[0][2]
-        if carried and carried - 1 in ready and all(head[2] == carried for head in heads):
-            outcome.inline = self.cache.by_slot[carried - 1]
-        if any(f & (UNCACHED | NEWS) for f in all_flags):
+        if ready:
+            outcome.ready = [entry for entry in (self.cache.by_slot[s] for s in ready)
+                             if entry is not None]
+            if carried and carried - 1 in ready:
+                outcome.inline = self.cache.by_slot[carried - 1]
+        if union & (UNCACHED | NEWS):
             self._slow_path(to_send, all_flags, outcome)
         if self.timeline is not None or (self.stall is not None
                                          and time.monotonic() >= self._next_check):
             self._inspect(self.gathered.reshape(self.size, self.width), pending, outcome, now_ns)
-        self._update_joins(outcome)
-        if any(f & SHUTDOWN for f in all_flags):
+        if outcome.joined or self._joined_at:
+            self._update_joins(outcome)
+        if union & SHUTDOWN:
             first = next(r for r, f in enumerate(all_flags) if f & SHUTDOWN)
             outcome.shutdown = f"rank {first}"
         for entry in outcome.ready:
