@@ -4,8 +4,10 @@ take recurring names that hit the response cache, and every fallback stays corre
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -243,3 +245,22 @@ def test_a_transport_failure_in_a_quick_cycle_fails_the_op_and_the_engine(
         for each in engines:
             if each is not None:
                 each.stop()
+
+
+def test_the_timeline_shows_an_inline_reduction(tmp_path: Path) -> None:
+    """With a timeline every call takes the usual cycle (which records each step); a tiny
+    cached op is still done in the negotiation, and the trace says so."""
+    def body(engine: Engine) -> list[float]:
+        comm = EngineCommunicator(engine)
+        return [float(comm.allreduce(np.ones(1), ReduceOp.SUM, name="tiny")[0])
+                for _ in range(3)]
+
+    results, _ = run_engines(2, body, timeline=str(tmp_path / "trace-{rank}.json"))
+    assert results == [[2.0] * 3] * 2
+    for rank in range(2):
+        events = json.loads((tmp_path / f"trace-{rank}.json").read_text())
+        names = [e["name"] for e in events if e.get("ph") in "BEX"]
+        # The first call negotiates the name; the others ride in the blocks.
+        assert names.count("GATHER_REDUCE") == 1, names
+        assert names.count("INLINE_REDUCE") == 2, names
+        assert names.count("NEGOTIATE_ALLREDUCE") == 3, names
