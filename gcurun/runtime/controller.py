@@ -330,12 +330,16 @@ class Controller:
         return InlinePlan(name, key, rop, float(postscale), views, self.rank)
 
     def quick_slot(self, plan: InlinePlan) -> int:
-        """The cache slot of ``plan``'s name when a quick cycle can carry it (this rank
-        has nothing else to negotiate, and no news to give), else -1."""
+        """The cache slot of ``plan``'s name when a quick cycle can carry it, else -1.
+        The caller has no op pending; this rank must have no news to give either."""
         entry = self.cache.by_name.get(plan.name)
         if entry is None or self._news or self._unresolved or not self._use_cache or \
-                self._inline_op is not None or self._epoch_seen != self.cache.epoch:
+                self._inline_op is not None:
             return -1
+        if self._epoch_seen != self.cache.epoch:
+            # What _resolve does for a new epoch, with no op pending.
+            self._epoch_seen = self.cache.epoch
+            self._bits[:] = 0
         slot, agreed = entry
         if agreed is not plan.agreed:
             if agreed.key_for(self.rank) != plan.key:
