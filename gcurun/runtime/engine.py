@@ -51,7 +51,7 @@ IDLE_TICK = 0.01
 # 6, so that a loop of a few unnamed calls of different shapes finds each name cached
 # with the shape it had the last time round.
 AUTO_NAMES = 60
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MIB = 1 << 20
 
 
