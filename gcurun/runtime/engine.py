@@ -112,7 +112,7 @@ class Engine:
     # -- the caller's side ----------------------------------------------------------------
 
     def auto_name(self, label: str) -> str:
-        """The next name for an unnamed op of kind ``label`` (``allreduce.noname.3``):
+        """The next name for an unnamed op of kind ``label`` (``allreduce.unnamed.3``):
         unnamed calls must come in the same order on every rank.
 
         The names come round every ``AUTO_NAMES`` calls, so that unnamed ops hit the
@@ -124,7 +124,7 @@ class Engine:
         if found is None:
             with self._lock:
                 found = self._counters.setdefault(label, (
-                    itertools.count(), [f"{label}.noname.{n}" for n in range(AUTO_NAMES)]))
+                    itertools.count(), [f"{label}.unnamed.{n}" for n in range(AUTO_NAMES)]))
         counter, names = found
         return names[next(counter) % AUTO_NAMES]    # next(): atomic, calls from any thread
 

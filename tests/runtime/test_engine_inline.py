@@ -164,7 +164,7 @@ def test_unnamed_calls_reuse_their_names_and_still_catch_mismatches() -> None:
     results, _ = run_engines(2, body)
     for described, message in results:
         assert described == AUTO_NAMES        # each name described once, then cached
-        assert "allreduce 'allreduce.noname.0': ranks disagree on the shape" in message
+        assert "allreduce 'allreduce.unnamed.0': ranks disagree on the shape" in message
 
 
 def test_unnamed_async_ops_beyond_the_names_wait_their_turn() -> None:
