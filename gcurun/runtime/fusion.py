@@ -25,11 +25,18 @@ from gcurun.runtime.api import Transport
 from gcurun.runtime.dtypes import aligned_empty
 
 
-# Tensors smaller than half a ring chunk are copied into the fusion buffer; larger ones
-# are reduced where they lie. A copy in and out costs about four times a tensor's size in
-# memory traffic; a piece of its own costs a message or two more per ring step, and a
-# message costs tens of microseconds, the price of copying a few hundred KiB.
-def copy_limit(chunk_bytes: int) -> int:
+def copy_limit(chunk_bytes: int, pieces_in_one_message: bool) -> int:
+    """Tensors smaller than this are copied into the fusion buffer; larger ones are
+    reduced where they lie. A copy in and out costs about four times a tensor's size in
+    memory traffic. Where a transport sends a message of many pieces as one
+    (``pieces_in_one_message``), a piece of its own costs only a ufunc call or two more
+    per ring step, the price of copying a few KiB; elsewhere it costs a message or two
+    more, tens of microseconds, the price of copying a few hundred KiB."""
+    import os
+    if "XCL" in os.environ:
+        return int(os.environ["XCL"])
+    if pieces_in_one_message:
+        return 16 << 10
     return max(chunk_bytes // 2, 64 << 10)
 
 

@@ -55,6 +55,9 @@ FAST_READS = 200
 class TCPTransport:
     """Point-to-point between the ranks of one generation of a ``tcp`` job."""
 
+    # sendrecv_parts moves a message of many pieces as one (one descriptor, one read).
+    pieces_in_one_message = True
+
     def __init__(self, *, rank: int, size: int, generation: int, hostname: str,
                  rendezvous: tuple[str, int], secret: bytes, timeout: float, cma: bool,
                  rings: bool = True):

@@ -91,4 +91,5 @@ def test_fusion_buffers_are_reused_and_grow() -> None:
     again = buffers.get(np.dtype(np.float32), 5)
     assert np.shares_memory(first, again) and len(again) == 5
     assert len(buffers.get(np.dtype(np.float32), 1000)) == 1000
-    assert fusion.copy_limit(2 << 20) == 1 << 20 and fusion.copy_limit(1) == 64 << 10
+    assert fusion.copy_limit(2 << 20, False) == 1 << 20 and fusion.copy_limit(1, False) == 64 << 10
+    assert fusion.copy_limit(2 << 20, True) == 16 << 10
