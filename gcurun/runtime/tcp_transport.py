@@ -273,11 +273,11 @@ class TCPTransport:
 
         def run() -> None:
             nonlocal link, swap
-            current = self._links.get(dest)
-            if current is not link:
-                link, swap = current, swap_over(current)
-            if swap is None or link.sends or link.recvs:  # type: ignore[union-attr]
+            if swap is None or self._closing or link.sends or link.recvs:  # type: ignore[union-attr]
                 self._transfer(sendbuf, dest, recvbuf, source)
+                if swap is None:    # a link is made on first use, and kept until close()
+                    link = self._links.get(dest)
+                    swap = swap_over(link)
                 return
             got = swap()
             if got == size:
