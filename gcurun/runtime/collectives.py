@@ -66,11 +66,11 @@ class _Guard:
 
 
 class _Prepared:
-    """A prepared allreduce of one signature (dtype, shape, op, name, postscale) of
-    contiguous arrays: what the general path works out on every call, worked out once."""
+    """A prepared allreduce of one signature (dtype, shape, op, name, postscale): what
+    the general path works out on every call, worked out once."""
 
     __slots__ = ("request", "invariant", "expected", "views", "ufunc", "postscale", "finish",
-                 "peer_header", "ring", "plain")
+                 "peer_header", "ring", "plain", "inline")
 
     def __init__(self, request: Request, invariant: bytes, views: list[np.ndarray],
                  ufunc: np.ufunc, postscale: float, ring: bool):
@@ -87,6 +87,7 @@ class _Prepared:
         # (they compare faster than bytes).
         self.peer_header: memoryview | None = None
         self.expected = memoryview(invariant).cast("Q")
+        self.inline: Callable[..., np.ndarray] | None = None   # see _inline_allreduce
 
 
 class Communicator:
@@ -106,8 +107,9 @@ class Communicator:
         self._lock = threading.Lock()
         self._failure: str | None = None
         self._prepared: dict[tuple, _Prepared] = {}
-        # By name, the last signature's inline allreduce (see _inline_allreduce).
-        self._inline: dict[str | None, Callable[..., np.ndarray | None]] = {}
+        # By name, the allreduce of the name's last tiny signature (_inline_allreduce).
+        self._inline: dict[str | None, Callable[..., np.ndarray]] = {}
+        self._general = self._allreduce
         self._scratch: np.ndarray | None = None
 
     # -- reductions ---------------------------------------------------------------------
@@ -116,20 +118,19 @@ class Communicator:
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                   name: str | None = None, inplace: bool = False) -> np.ndarray:
         """The reduction of ``tensor`` over all ranks, same shape and dtype."""
-        # The latency of tiny allreduces: a short function, whose frame costs less.
-        fast = self._inline.get(name)
-        if fast is not None and type(tensor) is np.ndarray and prescale_factor == 1.0:
-            result = fast(tensor, op, postscale_factor, inplace)
-            if result is not None:
-                return result
-        return self._allreduce(tensor, op, prescale_factor, postscale_factor, name, inplace)
+        # One line: it is part of the latency of tiny allreduces.
+        return self._inline.get(name, self._general)(tensor, op, prescale_factor,
+                                                     postscale_factor, name, inplace)
 
     def _allreduce(self, tensor: Any, op: ReduceOp, prescale_factor: float,
                    postscale_factor: float, name: str | None, inplace: bool) -> np.ndarray:
+        """allreduce, the general way."""
         if type(tensor) is np.ndarray and prescale_factor == 1.0:
             plan = self._prepared.get((tensor.dtype, tensor.shape, op, name, postscale_factor))
             if plan is None:
                 plan = self._prepare(tensor, op, name, postscale_factor)
+            elif plan.inline is not None:       # the name's latest signature takes over
+                self._inline[name] = plan.inline
             if plan is not None and tensor.flags.c_contiguous and (
                     not inplace or tensor.flags.writeable):
                 return self._prepared_allreduce(plan, tensor, inplace)
@@ -210,27 +211,31 @@ class Communicator:
             self._inline.clear()
         self._prepared[(tensor.dtype, tensor.shape, op, name, postscale)] = plan
         if plan.plain and plan.peer_header is not None:
-            self._inline[name] = self._inline_allreduce(plan, tensor.dtype, op)
+            plan.inline = self._inline[name] = self._inline_allreduce(plan, tensor.dtype, op)
         return plan
 
     def _inline_allreduce(self, plan: _Prepared, dtype: np.dtype,
-                          op: Any) -> Callable[..., np.ndarray | None]:
-        """The latency of a tiny allreduce between two ranks: a function of (tensor, op,
-        postscale, inplace) that runs ``plan`` for a call of its signature and returns
-        None for any other (the caller then takes the general way). Its state lives in
-        closure cells: no lookups, no argument parsing, no new objects but the result."""
+                          op: Any) -> Callable[..., np.ndarray]:
+        """The latency of a tiny allreduce between two ranks: a function of allreduce's
+        arguments that runs ``plan`` for a call of its signature and takes the general
+        way for any other. Its state lives in closure cells: no lookups, no argument
+        parsing, no new objects but the result."""
+        general, ndarray = self._general, np.ndarray
         lock, negotiator, exchange = self._lock, self.negotiator, self.negotiator.exchange
         request, invariant, expected = plan.request, plan.invariant, plan.expected
         peer_header = plan.peer_header
         shape, postscale, ufunc, finish = request.shape, plan.postscale, plan.ufunc, plan.finish
         first, second = plan.views
         mine = plan.views[self.rank]
+        # numpy deprecates a positional out for minimum and maximum.
+        positional = ufunc not in (np.minimum, np.maximum)
 
-        def run(tensor: np.ndarray, op_: Any, postscale_: float,
-                inplace: bool) -> np.ndarray | None:
-            if tensor.shape != shape or tensor.dtype is not dtype or op_ is not op \
+        def run(tensor: Any, op_: Any, prescale_: float, postscale_: float,
+                name: str | None, inplace: bool) -> np.ndarray:
+            if type(tensor) is not ndarray or tensor.shape != shape \
+                    or tensor.dtype is not dtype or op_ is not op or prescale_ != 1.0 \
                     or postscale_ != postscale:
-                return None
+                return general(tensor, op_, prescale_, postscale_, name, inplace)
             lock.acquire()      # (a with statement costs more here)
             try:
                 if self._failure is not None:
@@ -246,8 +251,12 @@ class Communicator:
                         negotiator.raise_disagreement(request)
                 except (PeerFailureError, CollectiveTimeout) as exc:
                     raise self._failed(exc, request) from None
-                # (out as a keyword costs more)
-                out = ufunc(first, second, tensor) if inplace else ufunc(first, second)
+                if not inplace:
+                    out = ufunc(first, second)
+                elif positional:        # (out as a keyword costs more)
+                    out = ufunc(first, second, tensor)
+                else:
+                    out = ufunc(first, second, out=tensor)
             finally:
                 lock.release()
             if finish:
