@@ -109,7 +109,7 @@ class Communicator:
         self._prepared: dict[tuple, _Prepared] = {}
         # By name, the allreduce of the name's last tiny signature (_inline_allreduce).
         self._inline: dict[str | None, Callable[..., np.ndarray]] = {}
-        self._general = self._allreduce
+        self._general = self._allreduce        # bound once: every tiny call may need it
         self._scratch: np.ndarray | None = None
 
     # -- reductions ---------------------------------------------------------------------
