@@ -54,6 +54,14 @@ class Transport(Protocol):
         """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf`` from ``source``,
         overlapped, so that rings of ranks never deadlock."""
 
+    def sendrecv_parts(self, sendbufs: list[Buffer], dest: int, recvbufs: list[Buffer],
+                       source: int) -> None:
+        """:meth:`sendrecv` of messages made of several buffers: ``sendbufs`` go to
+        ``dest`` while what ``source`` sends fills ``recvbufs``. The receiver cuts a
+        message exactly as its sender does (the same byte counts, in order; zero-byte
+        buffers do not count). Fused tensors travel so, without being copied into one
+        buffer first; a transport may move such a message as one."""
+
     def close(self) -> None:
         """Release connections and threads. Idempotent."""
 

@@ -22,6 +22,7 @@ import numpy as np
 from gcurun.runtime import basics
 from gcurun.runtime.api import NotInitializedError, ReduceOp
 from gcurun.runtime.arguments import dtype_error, reduce_error, reduce_op, rows_error, send_counts
+from gcurun.runtime.controller import InlinePlan
 from gcurun.runtime.dtypes import as_array, flat_contiguous
 from gcurun.runtime.engine import Engine
 from gcurun.runtime.negotiate import OpKind
@@ -57,7 +58,7 @@ def _writable(arr: np.ndarray, what: str) -> str | None:
 
 
 def allreduce_op(engine: Engine, tensor: Any, op: Any, prescale: float, postscale: float,
-                 name: str | None, inplace: bool) -> Op:
+                 name: str | None, inplace: bool, auto: bool = False) -> Op:
     arr = as_array(tensor)
     rop, error = reduce_op(op)
     error = error or reduce_error(arr, rop, prescale, postscale)
@@ -65,24 +66,26 @@ def allreduce_op(engine: Engine, tensor: Any, op: Any, prescale: float, postscal
         error = error or _writable(arr, "allreduce_")
     return Op(OpKind.ALLREDUCE, _name(engine, name, OpKind.ALLREDUCE), arr,
               None if error else flat_contiguous(arr), inplace=inplace, rop=int(rop),
-              prescale=prescale, postscale=postscale, error=error)
+              prescale=prescale, postscale=postscale, error=error,
+              auto=auto or name is None)
 
 
 def reducescatter_op(engine: Engine, tensor: Any, op: Any, prescale: float,
-                     postscale: float, name: str | None) -> Op:
+                     postscale: float, name: str | None, auto: bool = False) -> Op:
     arr = as_array(tensor)
     rop, error = reduce_op(op)
     error = error or reduce_error(arr, rop, prescale, postscale) or rows_error(arr)
     return Op(OpKind.REDUCESCATTER, _name(engine, name, OpKind.REDUCESCATTER), arr,
               None if error else flat_contiguous(arr), rop=int(rop), prescale=prescale,
-              postscale=postscale, error=error)
+              postscale=postscale, error=error, auto=auto or name is None)
 
 
-def allgather_op(engine: Engine, tensor: Any, name: str | None) -> Op:
+def allgather_op(engine: Engine, tensor: Any, name: str | None, auto: bool = False) -> Op:
     arr = as_array(tensor)
     error = dtype_error(arr) or rows_error(arr)
     return Op(OpKind.ALLGATHER, _name(engine, name, OpKind.ALLGATHER), arr,
-              None if error else flat_contiguous(arr), error=error)
+              None if error else flat_contiguous(arr), error=error,
+              auto=auto or name is None)
 
 
 def broadcast_op(engine: Engine, tensor: Any, root_rank: Any, name: str | None,
@@ -96,7 +99,7 @@ def broadcast_op(engine: Engine, tensor: Any, root_rank: Any, name: str | None,
     root = int(root_rank) if isinstance(root_rank, (int, np.integer)) else -2
     return Op(OpKind.BROADCAST, _name(engine, name, OpKind.BROADCAST), arr,
               None if error else flat_contiguous(arr), inplace=inplace, root=root,
-              error=error)
+              error=error, auto=name is None)
 
 
 def alltoall_op(engine: Engine, tensor: Any, splits: Any, name: str | None) -> Op:
@@ -105,7 +108,8 @@ def alltoall_op(engine: Engine, tensor: Any, splits: Any, name: str | None) -> O
     error = dtype_error(arr) or rows_error(arr) or error
     return Op(OpKind.ALLTOALL, _name(engine, name, OpKind.ALLTOALL), arr,
               None if error else flat_contiguous(arr),
-              splits=tuple(int(n) for n in send_rows), error=error)
+              splits=tuple(int(n) for n in send_rows), error=error,
+              auto=name is None)
 
 
 def _group(engine: Engine, name: str | None, kind: str, count: int) -> list[str]:
@@ -192,14 +196,15 @@ def _grouped_allreduce(tensors: Sequence[Any], average: bool | None, name: str |
     engine = _engine(what)
     reduce_op = _op(op, average)
     names = _group(engine, name, "grouped_allreduce", len(tensors))
-    return engine.submit([allreduce_op(engine, t, reduce_op, prescale, postscale, n, inplace)
+    return engine.submit([allreduce_op(engine, t, reduce_op, prescale, postscale, n, inplace,
+                                       name is None)
                           for t, n in zip(tensors, names, strict=True)], grouped=True)
 
 
 def grouped_allgather_async(tensors: Sequence[Any], name: str | None = None) -> int:
     engine = _engine("grouped_allgather_async")
     names = _group(engine, name, "grouped_allgather", len(tensors))
-    return engine.submit([allgather_op(engine, t, n)
+    return engine.submit([allgather_op(engine, t, n, name is None)
                           for t, n in zip(tensors, names, strict=True)], grouped=True)
 
 
@@ -210,7 +215,7 @@ def grouped_reducescatter_async(tensors: Sequence[Any], name: str | None = None,
     names = _group(engine, name, "grouped_reducescatter", len(tensors))
     reduce_op = _op(op, None)
     return engine.submit([reducescatter_op(engine, t, reduce_op, prescale_factor,
-                                           postscale_factor, n)
+                                           postscale_factor, n, name is None)
                           for t, n in zip(tensors, names, strict=True)], grouped=True)
 
 
@@ -268,6 +273,9 @@ class EngineCommunicator:
     def __init__(self, engine: Engine):
         self.engine = engine
         self.rank, self.size = engine.rank, engine.size
+        # Small allreduces by signature: how they ride in the negotiation block (or
+        # None: they do not fit).
+        self._plans: dict[tuple, InlinePlan | None] = {}
 
     def _run(self, op: Op) -> Any:
         return self.engine.run_now(op)
@@ -275,8 +283,34 @@ class EngineCommunicator:
     def allreduce(self, tensor: Any, op: Any = ReduceOp.AVERAGE, prescale_factor: float = 1.0,
                   postscale_factor: float = 1.0, name: str | None = None,
                   inplace: bool = False) -> np.ndarray:
-        return self._run(allreduce_op(self.engine, tensor, op, prescale_factor,
-                                      postscale_factor, name, inplace))
+        engine = self.engine
+        auto = name is None
+        if type(tensor) is np.ndarray and prescale_factor == 1.0 and \
+                tensor.flags.c_contiguous and (not inplace or tensor.flags.writeable):
+            if auto:
+                name = engine.auto_name("allreduce")
+            key = (tensor.dtype, tensor.shape, op, name, postscale_factor)
+            try:
+                plan = self._plans[key]
+            except KeyError:
+                plan = self._plan(key, tensor, op, str(name), postscale_factor)
+            if plan is not None:
+                result = engine.allreduce_now(plan, tensor, inplace)
+                if result is not None:
+                    return result
+        return self._run(allreduce_op(engine, tensor, op, prescale_factor, postscale_factor,
+                                      name, inplace, auto))
+
+    def _plan(self, key: tuple, tensor: np.ndarray, op: Any, name: str,
+              postscale: float) -> InlinePlan | None:
+        rop, error = reduce_op(op)
+        plan = None
+        if not (error or reduce_error(tensor, rop, 1.0, postscale)):
+            plan = self.engine.controller.plan_inline(name, tensor, rop, postscale)
+        if len(self._plans) >= 4096:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
 
     def reducescatter(self, tensor: Any, op: Any = ReduceOp.AVERAGE,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -296,7 +330,8 @@ class EngineCommunicator:
         return self._run(alltoall_op(self.engine, tensor, splits, name))
 
     def barrier(self) -> None:
-        self._run(Op(OpKind.BARRIER, self.engine.auto_name(OpKind.BARRIER.label)))
+        self._run(Op(OpKind.BARRIER, self.engine.auto_name(OpKind.BARRIER.label),
+                     auto=True))
 
     def broadcast_object(self, obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
         """``root_rank``'s object, pickled: a broadcast of its size, then of its bytes."""

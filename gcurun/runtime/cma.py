@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 
 TOKEN_BYTES = 16
+IOV_MAX = 1024              # the kernel's limit of pieces per side and call
+
+Extent = tuple[int, int]    # (address, bytes)
 
 
 class _IOVec(ctypes.Structure):
@@ -85,3 +88,37 @@ class CrossMemory:
                 raise OSError(errno, f"process_vm_readv from pid {pid}: "
                                      f"{os.strerror(errno) if errno else 'no progress'}")
             done += got
+
+    def read_parts(self, pid: int, local: list[Extent], remote: list[Extent]) -> None:
+        """Copy the concatenation of the ``remote`` extents of process ``pid`` into the
+        concatenation of the ``local`` ones (equal totals; the cuts may differ)."""
+        li = ri = 0             # the first extent not yet full / not yet read
+        l_done = r_done = 0     # bytes of it already done
+        while li < len(local):
+            lcount = min(IOV_MAX, len(local) - li)
+            rcount = min(IOV_MAX, len(remote) - ri)
+            liov, riov = (_IOVec * lcount)(), (_IOVec * rcount)()
+            for k in range(lcount):
+                addr, length = local[li + k]
+                skip = l_done if k == 0 else 0
+                liov[k].base, liov[k].length = addr + skip, length - skip
+            for k in range(rcount):
+                addr, length = remote[ri + k]
+                skip = r_done if k == 0 else 0
+                riov[k].base, riov[k].length = addr + skip, length - skip
+            got = _READV(pid, liov, lcount, riov, rcount, 0)
+            if got <= 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, f"process_vm_readv from pid {pid}: "
+                                     f"{os.strerror(errno) if errno else 'no progress'}")
+            li, l_done = _advance(local, li, l_done, got)
+            ri, r_done = _advance(remote, ri, r_done, got)
+
+
+def _advance(extents: list[Extent], index: int, done: int, count: int) -> tuple[int, int]:
+    """Move a position (extent index, bytes done in it) ``count`` bytes on."""
+    done += count
+    while index < len(extents) and done >= extents[index][1]:
+        done -= extents[index][1]
+        index += 1
+    return index, done

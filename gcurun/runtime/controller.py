@@ -3,9 +3,11 @@
 Each cycle every rank contributes one fixed-size block, gathered by every rank in one
 small collective (a single exchange for two ranks, Bruck's allgather for more):
 
-    bytes 0-7    flags: uncached requests follow, shutdown, joined, coordinator news
-    bytes 8-15   the response cache's epoch (equal on every rank, or the protocol broke)
-    bytes 16-    one bit per response-cache slot: "my op for this cached name is ready"
+    bytes 0-7     flags: uncached requests follow, shutdown, joined, coordinator news
+    bytes 8-15    the response cache's epoch (equal on every rank, or the protocol broke)
+    bytes 16-23   1 + the slot whose data rides inline below (0: none)
+    bytes 24-151  inline data: one tiny cached allreduce's input (prescaled)
+    bytes 152-    one bit per response-cache slot: "my op for this cached name is ready"
 
 The response cache (Horovod's idea) holds the agreed op of names negotiated before, in the
 same slots on every rank because every rank applies the same updates in the same order.
@@ -19,15 +21,18 @@ response: agreed ops (which every rank then caches), errors, evictions, stall re
 rank whose op does not match its cached agreement sends it uncached with a conflict
 mark; rank 0 evicts that name, so every rank renegotiates it and the mismatch becomes an
 error on every rank.
+
+A tiny cached allreduce rides in the block itself: when its slot is ready everywhere and
+every rank's block carries that slot's data inline, every rank reduces the gathered
+blocks in rank order and the op is done, without a second exchange. Every rank sees the
+same blocks, so every rank takes the same decision; otherwise the op runs as usual.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,67 +40,41 @@ from typing import Any
 import numpy as np
 
 from gcurun.runtime import algorithms as alg
-from gcurun.runtime.api import ArgumentError, CollectiveError, MismatchError, Transport
+from gcurun.runtime.api import (
+    ArgumentError,
+    CollectiveError,
+    MismatchError,
+    ReduceOp,
+    Transport,
+)
+from gcurun.runtime.cache import ResponseCache
+from gcurun.runtime.collectives import _finish_reduction
+from gcurun.runtime.dtypes import DTYPE_CODES, NO_DTYPE, UFUNCS
 from gcurun.runtime.negotiate import OpKind, prepared_sendrecv
-from gcurun.runtime.requests import CACHEABLE, PENDING, Agreed, Op, agree, describe
+from gcurun.runtime.requests import (
+    CACHEABLE,
+    PENDING,
+    Agreed,
+    Op,
+    agree,
+    describe,
+    match_key,
+)
 from gcurun.runtime.stall import CHECK_INTERVAL, Stalled, StallInspector, stall_warning
 from gcurun.runtime.timeline import Timeline
 
 log = logging.getLogger("gcurun.runtime.engine")
 
 UNCACHED, SHUTDOWN, JOINED, NEWS = 1, 2, 4, 8
-HEAD_BYTES = 16
+HEAD_BYTES = 24
+INLINE_BYTES = 128
+BITS_OFFSET = HEAD_BYTES + INLINE_BYTES
 ERRORS: dict[str, type[CollectiveError]] = {"MismatchError": MismatchError,
                                             "ArgumentError": ArgumentError}
 
 
 class ProtocolError(CollectiveError):
     """The ranks' engines fell out of step: a bug, or ranks of different gcurun versions."""
-
-
-class ResponseCache:
-    """Agreed ops by name in numbered slots, least recently used evicted first. Every
-    rank makes the same calls in the same order, so slots match across ranks."""
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self.by_name: dict[str, tuple[int, Agreed]] = {}
-        self.by_slot: list[Agreed | None] = [None] * capacity
-        self._recent: OrderedDict[str, None] = OrderedDict()
-        self._free = list(range(capacity))
-        self.epoch = 0
-
-    def get(self, name: str) -> tuple[int, Agreed] | None:
-        return self.by_name.get(name)
-
-    def put(self, agreed: Agreed) -> None:
-        if not self.capacity:
-            return
-        old = self.by_name.get(agreed.name)
-        if old is not None:
-            if old[1] == agreed:
-                self.touch(agreed.name)
-                return
-            self.evict(agreed.name)
-        if not self._free:
-            self.evict(next(iter(self._recent)))
-        slot = heapq.heappop(self._free)
-        self.by_name[agreed.name] = (slot, agreed)
-        self.by_slot[slot] = agreed
-        self._recent[agreed.name] = None
-        self.epoch += 1
-
-    def evict(self, name: str) -> None:
-        entry = self.by_name.pop(name, None)
-        if entry is not None:
-            self.by_slot[entry[0]] = None
-            del self._recent[name]
-            heapq.heappush(self._free, entry[0])
-            self.epoch += 1
-
-    def touch(self, name: str) -> None:
-        if name in self._recent:
-            self._recent.move_to_end(name)
 
 
 @dataclass
@@ -108,6 +87,7 @@ class Outcome:
     join_done: int | None = None            # all ranks joined; the last one to join
     shutdown: str | None = None             # 'rank N': the first rank shutting down
     stalled: str | None = None              # the stall inspector shut the job down
+    inline: Agreed | None = None            # the ready op whose data rode in the blocks
 
 
 @dataclass
@@ -116,6 +96,29 @@ class _Waiting:
 
     descs: dict[int, dict[str, Any]]
     op: str
+
+
+class InlinePlan:
+    """A synchronous allreduce of one signature (name, dtype, shape, reduce op and
+    postscale) small enough to ride in the block, worked out once for the quick cycle."""
+
+    __slots__ = ("name", "key", "rop", "ufunc", "postscale", "finish", "views", "mine",
+                 "plain", "shape", "dtype", "agreed")
+
+    def __init__(self, name: str, key: tuple, rop: ReduceOp, postscale: float,
+                 views: list[np.ndarray], rank: int):
+        self.name = name
+        self.key = key                  # what the cached agreement must match
+        self.rop = rop
+        self.ufunc = UFUNCS[rop]
+        self.postscale = postscale
+        self.finish = rop == ReduceOp.AVERAGE or postscale != 1.0
+        self.views = views              # every rank's inline data, shaped like the tensor
+        self.mine = views[rank]
+        self.shape, self.dtype = views[rank].shape, views[rank].dtype
+        # Two ranks and a result of at least one dimension: one ufunc call makes it.
+        self.plain = len(views) == 2 and len(self.shape) > 0
+        self.agreed: Agreed | None = None   # the cached agreement last found to match
 
 
 class Controller:
@@ -130,17 +133,23 @@ class Controller:
         self.chunk_bytes = chunk_bytes
         self.timeline = timeline
         self.stall = stall if self.rank == 0 else None
-        width = HEAD_BYTES + (capacity + 7) // 8
+        # Blocks of whole 8-byte words, so that every rank's head and inline data align.
+        width = BITS_OFFSET + (capacity + 63) // 64 * 8
         self.width = width
         self.gathered = np.zeros(self.size * width, np.uint8)
         self.mine = self.gathered[self.rank * width:(self.rank + 1) * width]
         # My ready bits, set and cleared in place in my block; every rank's head and bits.
-        self._bits = self.mine[HEAD_BYTES:]
-        self._head = self.mine[:HEAD_BYTES].view(np.uint64)
-        self._heads = [self.gathered[r * width:r * width + HEAD_BYTES].view(np.uint64)
+        # (Memoryviews: their items are cheaper to read and write than numpy's.)
+        self._bits = self.mine[BITS_OFFSET:]
+        self._bit_bytes = self._bits.data
+        self._head = self.mine[:HEAD_BYTES].data.cast("Q")
+        self._inline_area = self.mine[HEAD_BYTES:BITS_OFFSET]
+        self._inline_op: Op | None = None       # the op whose data is in my block
+        self._heads = [self.gathered[r * width:r * width + HEAD_BYTES].data.cast("Q")
                        for r in range(self.size)]
-        self._bit_rows = [self.gathered[r * width + HEAD_BYTES:(r + 1) * width].data
+        self._bit_rows = [self.gathered[r * width + BITS_OFFSET:(r + 1) * width].data
                           for r in range(self.size)]
+        self._others = [r for r in range(self.size) if r != self.rank]
         self._work = np.zeros_like(self.gathered)
         self._exchange = self._make_exchange()
         self._unresolved: list[Op] = []
@@ -157,6 +166,7 @@ class Controller:
         self._negotiating: dict[str, set[int]] = {}
         self.slow_paths = 0          # cycles that needed more than the one exchange
         self.described = 0           # ops of this rank that were not in the cache
+        self.quick_cycles = 0        # synchronous allreduces done in one quick cycle
 
     def _make_exchange(self) -> Callable[[], None]:
         if self.size == 1:
@@ -174,39 +184,68 @@ class Controller:
         self._unresolved.append(op)
 
     def forget(self, op: Op) -> None:
-        """``op`` ran or failed: its bit no longer says ready."""
+        """``op`` ran or failed: its bit no longer says ready, its data leaves my block."""
         if op.position >= 0:
             slot = op.position
             self._bits[slot >> 3] &= 0xFF ^ (1 << (slot & 7))
             op.position = -1
+        if op is self._inline_op:
+            self._inline_op = None
+            self._head[2] = 0
 
     def cycle(self, pending: dict[str, Op], *, shutdown: bool, joined: bool,
               now_ns: int) -> Outcome:
         """Negotiate once. ``pending`` maps names to this rank's waiting ops."""
+        to_send = self.begin(pending, shutdown=shutdown, joined=joined)
+        self._exchange()
+        return self.complete(to_send, pending, now_ns)
+
+    def begin(self, pending: dict[str, Op], *, shutdown: bool,
+              joined: bool) -> list[tuple[Op, bool]]:
+        """Write my block for this cycle; return the ops to describe to the coordinator."""
         self._cycle += 1
         to_send = self._resolve(pending)
         flags = (UNCACHED if to_send else 0) | (SHUTDOWN if shutdown else 0) | \
             (JOINED if joined else 0) | (NEWS if self._news else 0)
-        epoch = self.cache.epoch
-        self._head[0], self._head[1] = flags, epoch
+        self._head[0], self._head[1] = flags, self.cache.epoch
+        return to_send
+
+    def exchange(self) -> None:
+        """Gather every rank's block (the cycle's one collective)."""
         self._exchange()
+
+    def complete(self, to_send: list[tuple[Op, bool]], pending: dict[str, Op],
+                 now_ns: int) -> Outcome:
+        """What the gathered blocks (and the slow path, when some rank needs it) decide."""
+        epoch = self.cache.epoch
         heads = [head.tolist() for head in self._heads]
-        if any(head[1] != epoch for head in heads):
-            raise ProtocolError(f"the engines' response caches differ (epochs "
-                                f"{[head[1] for head in heads]}); ranks run different "
-                                "gcurun versions or settings")
+        union, carried = 0, heads[0][2]
+        for flags, their_epoch, their_carried in heads:
+            if their_epoch != epoch:
+                raise ProtocolError(f"the engines' response caches differ (epochs "
+                                    f"{[head[1] for head in heads]}); ranks run different "
+                                    "gcurun versions or settings")
+            union |= flags
+            if their_carried != carried:
+                carried = 0
         all_flags = [head[0] for head in heads]
-        outcome = Outcome(joined=frozenset(r for r, f in enumerate(all_flags) if f & JOINED))
+        outcome = Outcome()
+        if union & JOINED:
+            outcome.joined = frozenset(r for r, f in enumerate(all_flags) if f & JOINED)
         ready = self._ready_slots()
-        outcome.ready = [entry for entry in (self.cache.by_slot[s] for s in ready)
-                         if entry is not None]
-        if any(f & (UNCACHED | NEWS) for f in all_flags):
+        if ready:
+            outcome.ready = [entry for entry in (self.cache.by_slot[s] for s in ready)
+                             if entry is not None]
+            if carried and carried - 1 in ready:
+                outcome.inline = self.cache.by_slot[carried - 1]
+        if union & (UNCACHED | NEWS):
             self._slow_path(to_send, all_flags, outcome)
         if self.timeline is not None or (self.stall is not None
                                          and time.monotonic() >= self._next_check):
             self._inspect(self.gathered.reshape(self.size, self.width), pending, outcome, now_ns)
-        self._update_joins(outcome)
-        if any(f & SHUTDOWN for f in all_flags):
+        if outcome.joined or self._joined_at:
+            self._update_joins(outcome)
+        if union & SHUTDOWN:
             first = next(r for r, f in enumerate(all_flags) if f & SHUTDOWN)
             outcome.shutdown = f"rank {first}"
         for entry in outcome.ready:
@@ -220,6 +259,8 @@ class Controller:
         if self.cache.epoch != self._epoch_seen or not self._use_cache:
             self._epoch_seen = self.cache.epoch
             self._bits[:] = 0
+            self._inline_op = None
+            self._head[2] = 0
             candidates: Iterable[Op] = pending.values()
             self._unresolved.clear()
             for op in pending.values():
@@ -235,9 +276,28 @@ class Controller:
                 op.position = entry[0]
                 slot = entry[0]
                 self._bits[slot >> 3] |= 1 << (slot & 7)
+                if self._inline_op is None and op.kind == OpKind.ALLREDUCE and \
+                        op.src.nbytes <= INLINE_BYTES:
+                    self._carry(op, slot)
             else:
                 to_send.append((op, entry is not None))
         return to_send
+
+    def _carry(self, op: Op, slot: int) -> None:
+        """Put ``op``'s (prescaled) input in my block, to ride with its ready bit."""
+        area = self._inline_area[:op.src.nbytes].view(op.src.dtype)
+        if op.prescale != 1.0:
+            np.multiply(op.src, op.prescale, out=area, casting="unsafe")
+        else:
+            area[...] = op.src
+        self._head[2] = slot + 1
+        self._inline_op = op
+
+    def inline_blocks(self, dtype: np.dtype, count: int) -> list[np.ndarray]:
+        """Every rank's inline data of this cycle, in rank order."""
+        nbytes = count * dtype.itemsize
+        return [self.gathered[start:start + nbytes].view(dtype) for start in
+                range(HEAD_BYTES, len(self.gathered), self.width)]
 
     def _ready_slots(self) -> list[int]:
         """The slots every rank's bit marks ready, in ascending order."""
@@ -252,6 +312,86 @@ class Controller:
             ready.append(low.bit_length() - 1)
             both ^= low
         return ready
+
+    # -- the quick cycle ------------------------------------------------------------------
+
+    def plan_inline(self, name: str, tensor: np.ndarray, rop: ReduceOp,
+                    postscale: float) -> InlinePlan | None:
+        """How :meth:`quick_slot` and :meth:`quick_exchange` carry allreduces like
+        ``tensor`` (contiguous, valid arguments), or None when it does not fit the block."""
+        if tensor.nbytes > INLINE_BYTES:
+            return None
+        code = DTYPE_CODES.get(tensor.dtype, NO_DTYPE)
+        key = match_key(OpKind.ALLREDUCE, code, tuple(tensor.shape), int(rop), -1, 1.0,
+                        float(postscale), -1)
+        views = [self.gathered[start:start + tensor.nbytes].view(tensor.dtype)
+                 .reshape(tensor.shape)
+                 for start in range(HEAD_BYTES, len(self.gathered), self.width)]
+        return InlinePlan(name, key, rop, float(postscale), views, self.rank)
+
+    def quick_slot(self, plan: InlinePlan) -> int:
+        """The cache slot of ``plan``'s name when a quick cycle can carry it, else -1.
+        The caller has no op pending; this rank must have no news to give either."""
+        entry = self.cache.by_name.get(plan.name)
+        if entry is None or self._news or self._unresolved or not self._use_cache or \
+                self._inline_op is not None:
+            return -1
+        if self._epoch_seen != self.cache.epoch:
+            # What _resolve does for a new epoch, with no op pending.
+            self._epoch_seen = self.cache.epoch
+            self._bits[:] = 0
+        slot, agreed = entry
+        if agreed is not plan.agreed:
+            if agreed.key_for(self.rank) != plan.key:
+                return -1           # a conflict: the usual cycle reports it
+            plan.agreed = agreed
+        if self.stall is not None and time.monotonic() >= self._next_check:
+            return -1
+        return slot
+
+    def quick_exchange(self, plan: InlinePlan, slot: int, tensor: np.ndarray) -> bool:
+        """A cycle in which this rank's only op is ``plan``'s, its data inline: what
+        :meth:`cycle` does, for that case. True: the op is done everywhere (its result
+        is :meth:`quick_result`); False: the blocks call for the usual processing (the
+        caller adopts the op, then runs :meth:`complete`)."""
+        self._cycle += 1
+        plan.mine[...] = tensor
+        head, bits = self._head, self._bit_bytes
+        carried = slot + 1
+        epoch = self.cache.epoch
+        head[0], head[1], head[2] = 0, epoch, carried
+        byte, bit = slot >> 3, 1 << (slot & 7)
+        bits[byte] |= bit
+        self._exchange()
+        heads, rows = self._heads, self._bit_rows
+        for r in self._others:
+            flags, their_epoch, their_carried = heads[r].tolist()
+            if flags or their_epoch != epoch or their_carried != carried or \
+                    not rows[r][byte] & bit:
+                return False
+        bits[byte] ^= bit
+        head[2] = 0
+        self.quick_cycles += 1
+        self.cache.touch(plan.name)
+        if self._joined_at:
+            self._joined_at.clear()
+        return True
+
+    def quick_result(self, plan: InlinePlan, tensor: np.ndarray, inplace: bool) -> np.ndarray:
+        """The reduction of the blocks a successful :meth:`quick_exchange` gathered."""
+        if plan.plain and not inplace:
+            out = plan.ufunc(plan.views[0], plan.views[1])
+        else:
+            out = tensor if inplace else np.empty(plan.shape, plan.dtype)
+            alg.reduce_blocks(plan.ufunc, plan.views, out)
+        if plan.finish:
+            _finish_reduction(out, plan.rop, self.size, plan.postscale)
+        return out
+
+    def adopt(self, op: Op, slot: int) -> None:
+        """``op`` is the one a :meth:`quick_exchange` that returned False carried."""
+        op.position = slot
+        self._inline_op = op
 
     # -- the slow path --------------------------------------------------------------------
 
@@ -361,7 +501,7 @@ class Controller:
         inspector. Rank 0 sees every rank's cached bits, the table of uncached names and
         what this cycle found ready everywhere."""
         ready: dict[str, tuple[str, set[int]]] = {}
-        bits = np.unpackbits(blocks[:, HEAD_BYTES:], axis=1, bitorder="little")
+        bits = np.unpackbits(blocks[:, BITS_OFFSET:], axis=1, bitorder="little")
         for slot in np.flatnonzero(bits.any(axis=0)).tolist():
             entry = self.cache.by_slot[slot]
             if entry is not None:

@@ -12,33 +12,46 @@ Pacing: while ops wait, a cycle starts every ``cycle_time_ms`` (so that ops subm
 close together are fused); an engine with nothing to do starts its next cycle as soon as
 an op is submitted, or after ``IDLE_TICK`` seconds, to keep the other ranks' cycles
 going (every cycle is a collective).
+
+Synchronous calls run their cycles on the calling thread while the engine thread is
+idle. A small allreduce of a cached name, when this rank has nothing else going on, takes
+a quick cycle: the usual cycle for that one case written out flat, its data inline in
+the negotiation block, done after the one exchange when every rank carried it (see
+:mod:`gcurun.runtime.controller`).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from gcurun.errors import CollectiveError, UsageError
 from gcurun.runtime import algorithms as alg
-from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, Transport
-from gcurun.runtime.controller import Controller, Outcome, ProtocolError
+from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Transport
+from gcurun.runtime.collectives import _deliver, _finish_reduction
+from gcurun.runtime.controller import Controller, InlinePlan, Outcome, ProtocolError
+from gcurun.runtime.dtypes import UFUNCS
 from gcurun.runtime.env import RuntimeEnv
 from gcurun.runtime.executor import Executor
 from gcurun.runtime.negotiate import OpKind
-from gcurun.runtime.requests import AGREED, PENDING, Op
+from gcurun.runtime.requests import AGREED, DONE, PENDING, Agreed, Op
 from gcurun.runtime.stall import StallInspector, format_ranks
 from gcurun.runtime.timeline import Timeline, timeline_path
 
 log = logging.getLogger("gcurun.runtime.engine")
 
 IDLE_TICK = 0.01
-PROTOCOL_VERSION = 1
+# How many names unnamed ops of one kind take in turn: a multiple of every period up to
+# 6, so that a loop of a few unnamed calls of different shapes finds each name cached
+# with the shape it had the last time round.
+AUTO_NAMES = 60
+PROTOCOL_VERSION = 2
 MIB = 1 << 20
 
 
@@ -75,13 +88,15 @@ class Engine:
         stall = StallInspector(self.size, env.stall_check_warning_seconds,
                                env.stall_check_shutdown_seconds, report)
         self.controller = Controller(transport, capacity, chunk_bytes, self.timeline, stall)
-        self.executor = Executor(transport, chunk_bytes, threshold_bytes, self.timeline)
+        self.executor = Executor(transport, chunk_bytes, threshold_bytes, self.timeline,
+                                 huge_pages=env.huge_pages)
         self._lock = threading.Condition()
         self._incoming: list[Op] = []
         self._handles: dict[int, Handle] = {}
         self._next_handle = 1
-        self._counters: dict[str, int] = {}
+        self._counters: dict[str, tuple[Iterator[int], list[str]]] = {}
         self._pending: dict[str, Op] = {}           # the engine thread's own
+        self._parked: dict[str, list[Op]] = {}      # auto-named ops waiting for their name
         self._joining: Op | None = None
         self._stop_requested = False
         self._failure: str | None = None            # set once the engine cannot go on
@@ -97,12 +112,21 @@ class Engine:
     # -- the caller's side ----------------------------------------------------------------
 
     def auto_name(self, label: str) -> str:
-        """The next name for an unnamed op of kind ``label`` (``allreduce.noname.3``):
-        unnamed calls must come in the same order on every rank."""
-        with self._lock:
-            n = self._counters.get(label, 0)
-            self._counters[label] = n + 1
-        return f"{label}.noname.{n}"
+        """The next name for an unnamed op of kind ``label`` (``allreduce.unnamed.3``):
+        unnamed calls must come in the same order on every rank.
+
+        The names come round every ``AUTO_NAMES`` calls, so that unnamed ops hit the
+        response cache like named ones (a loop of calls of a few signatures repeats its
+        names with the same signatures); an op whose name is still pending on this rank
+        waits for it (see :meth:`_admit`).
+        """
+        found = self._counters.get(label)
+        if found is None:
+            with self._lock:
+                found = self._counters.setdefault(label, (
+                    itertools.count(), [f"{label}.unnamed.{n}" for n in range(AUTO_NAMES)]))
+        counter, names = found
+        return names[next(counter) % AUTO_NAMES]    # next(): atomic, calls from any thread
 
     def submit(self, ops: Sequence[Op], grouped: bool = False) -> int:
         """Queue ``ops`` for the engine (all in one cycle); return their handle. Never
@@ -138,14 +162,75 @@ class Engine:
         try:
             with self._lock:
                 self._enqueue((op,), notify=False)
-            deadline = time.monotonic() + self.timeout
-            while not op.done.is_set() and not self._ended and \
-                    time.monotonic() < deadline:
-                self._one_cycle()
+            deadline = self._drive(op)
         finally:
             self._cycling.release()
-        if not op.done.is_set():
-            with self._lock:            # the engine thread takes over from here
+        return self._result(op, deadline)
+
+    def allreduce_now(self, plan: InlinePlan, tensor: np.ndarray,
+                      inplace: bool) -> np.ndarray | None:
+        """A synchronous allreduce of a contiguous ``tensor`` that fits ``plan``, in a
+        quick cycle when this rank has nothing else going on and the name is cached; None
+        when the caller must take the usual path (:meth:`run_now`) instead.
+
+        The quick cycle is the usual cycle for this one case, written out flat, with the
+        same block on the wire: when every rank carried the op inline it is done after
+        the one exchange; else it becomes an ordinary pending op of that cycle.
+        """
+        cycling = self._cycling
+        if not cycling.acquire(blocking=False):
+            return None
+        try:
+            if self._incoming or self._pending or self._parked or self._ended or \
+                    self._joining is not None or self._stop_requested or \
+                    self.timeline is not None or self._failure is not None:
+                return None
+            controller = self.controller
+            slot = controller.quick_slot(plan)
+            if slot < 0:
+                return None
+            self._last_start = time.monotonic()
+            self.cycles += 1
+            try:
+                done = controller.quick_exchange(plan, slot, tensor)
+            except BaseException as exc:
+                op = self._adopt(plan, tensor, inplace, slot)
+                self._one_cycle(_raising(exc))      # fails the op, ends the engine
+                deadline = time.monotonic()
+            else:
+                if done:
+                    if controller.missing:
+                        controller.missing.pop(plan.name, None)
+                    return controller.quick_result(plan, tensor, inplace)
+                op = self._adopt(plan, tensor, inplace, slot)
+                now_ns = time.monotonic_ns()
+                self._one_cycle(lambda: self._complete([], now_ns))
+                deadline = self._drive(op)
+        finally:
+            cycling.release()
+        return self._result(op, deadline)
+
+    def _adopt(self, plan: InlinePlan, tensor: np.ndarray, inplace: bool, slot: int) -> Op:
+        """The op of a quick cycle that could not finish it: pending as any other."""
+        op = Op(OpKind.ALLREDUCE, plan.name, tensor, tensor.reshape(-1), inplace=inplace,
+                rop=int(plan.rop), postscale=plan.postscale)
+        self._pending[op.name] = op
+        self.controller.adopt(op, slot)
+        return op
+
+    def _drive(self, op: Op) -> float:
+        """Run cycles on the calling thread (holding ``_cycling``) until ``op`` is done,
+        the engine ends or the timeout passes; return the deadline."""
+        deadline = time.monotonic() + self.timeout
+        while op.state != DONE and not self._ended and time.monotonic() < deadline:
+            self._one_cycle()
+        return deadline
+
+    def _result(self, op: Op, deadline: float) -> Any:
+        """``op``'s result once done (the engine thread takes over the cycles when the
+        caller stopped running them), or its error."""
+        if op.state != DONE:
+            with self._lock:
                 self._lock.notify()
             self._wait(op, deadline)
         if op.exception is not None:
@@ -158,7 +243,7 @@ class Engine:
             found = self._handles.get(handle)
         if found is None:
             raise _unknown(handle)
-        return all(op.done.is_set() for op in found.ops)
+        return all(op.state == DONE for op in found.ops)
 
     def synchronize(self, handle: int) -> Any:
         """Wait for ``handle``'s ops; return the result (a list for grouped ops) or raise
@@ -178,15 +263,15 @@ class Engine:
     def _wait(self, op: Op, deadline: float | None = None) -> None:
         if deadline is None:
             deadline = time.monotonic() + self.timeout
-        if not op.done.is_set() and self._cycling.acquire(blocking=False):
+        if op.state != DONE and self._cycling.acquire(blocking=False):
             try:
-                while not op.done.is_set() and not self._ended and \
+                while op.state != DONE and not self._ended and \
                         time.monotonic() < deadline:
                     self._one_cycle()
             finally:
                 self._cycling.release()
         grace = True
-        while not op.done.wait(max(0.0, deadline - time.monotonic())):
+        while not op.wait(max(0.0, deadline - time.monotonic())):
             if op.state != PENDING:
                 # Running: the transport's own timeout bounds it.
                 deadline = time.monotonic() + self.timeout
@@ -231,13 +316,14 @@ class Engine:
             if self.timeline is not None:
                 self.timeline.close()
 
-    def _one_cycle(self) -> None:
-        """Run a cycle (holding ``_cycling``); on the way out of the engine's life, mark it
-        ended so that every thread stops running cycles."""
+    def _one_cycle(self, body: Callable[[], bool] | None = None) -> None:
+        """Run a cycle (holding ``_cycling``), or the rest of one (``body``); on the way
+        out of the engine's life, mark it ended so that every thread stops running
+        cycles."""
         if self._ended:
             return
         try:
-            if self._cycle():
+            if (self._cycle if body is None else body)():
                 return
         except (PeerFailureError, CollectiveTimeout) as exc:
             self._fail(exc, abort=True)
@@ -266,7 +352,7 @@ class Engine:
         ``IDLE_TICK``."""
         if self._stop_requested or self._ended:
             return 0.0
-        if self._pending or self._joining is not None:
+        if self._pending or self._parked or self._joining is not None:
             return self._last_start + self.cycle_seconds
         if self._incoming:
             return 0.0
@@ -278,13 +364,21 @@ class Engine:
         with self._lock:
             incoming, self._incoming = self._incoming, []
             stop = self._stop_requested
+        if self._parked:
+            self._unpark()
         for op in incoming:
             self._admit(op)
         now_ns = time.monotonic_ns()
         if self.timeline is not None:
             self.timeline.cycle(now_ns)
-        outcome = self.controller.cycle(self._pending, shutdown=stop,
-                                        joined=self._joining is not None, now_ns=now_ns)
+        to_send = self.controller.begin(self._pending, shutdown=stop,
+                                        joined=self._joining is not None)
+        self.controller.exchange()
+        return self._complete(to_send, now_ns)
+
+    def _complete(self, to_send: list[tuple[Op, bool]], now_ns: int) -> bool:
+        """The rest of a cycle once the blocks are gathered; False: the engine ends."""
+        outcome = self.controller.complete(to_send, self._pending, now_ns)
         self._run_outcome(outcome)
         if self.timeline is not None:
             self.timeline.maybe_flush()
@@ -308,12 +402,26 @@ class Engine:
                 self._joining = op
             return
         if op.name in self._pending:
+            if op.auto:
+                # An automatic name comes round again while its last op still waits:
+                # this one waits its turn (the same on every rank: names follow the
+                # order of calls, completions are agreed).
+                self._parked.setdefault(op.name, []).append(op)
+                return
             op.finish(exception=HandleError(
                 f"{op.title}: an op of this name is still pending on this rank; synchronize "
                 "it before submitting the name again, or give each op its own name"))
             return
         self._pending[op.name] = op
         self.controller.admit(op)
+
+    def _unpark(self) -> None:
+        """Admit each parked op whose name is free again (oldest first)."""
+        for name in [name for name in self._parked if name not in self._pending]:
+            waiting = self._parked[name]
+            self._admit(waiting.pop(0))
+            if not waiting:
+                del self._parked[name]
 
     def _run_outcome(self, outcome: Outcome) -> None:
         ready_ns = time.monotonic_ns()
@@ -329,7 +437,11 @@ class Engine:
             self.controller.negotiated(agreed.name, ready_ns)
             if self.timeline is not None:
                 self.timeline.op_start(agreed.name, OpKind(agreed.kind).name, ready_ns)
-            items.append((agreed, op))
+            if agreed is outcome.inline:
+                if op is not None:
+                    self._finish(op, self._reduce_inline(agreed, op, ready_ns))
+            else:
+                items.append((agreed, op))
         for name, error in outcome.errors:
             op = self._pending.pop(name, None)
             self.controller.negotiated(name, ready_ns)
@@ -341,6 +453,19 @@ class Engine:
         if outcome.join_done is not None and self._joining is not None:
             self._joining.finish(outcome.join_done)
             self._joining = None
+
+    def _reduce_inline(self, agreed: Agreed, op: Op, start_ns: int) -> np.ndarray:
+        """The result of an op whose data every rank's block carried: the blocks reduced
+        in rank order (the same bits on every rank, as the executor's gather-reduce)."""
+        rop = ReduceOp(agreed.rop)
+        out = op.src if op.inplace else np.empty(agreed.elements, agreed.dtype)
+        alg.reduce_blocks(UFUNCS[rop], self.controller.inline_blocks(agreed.dtype,
+                                                                     agreed.elements), out)
+        _finish_reduction(out, rop, self.size, agreed.postscale)
+        if self.timeline is not None:
+            self.timeline.activity(agreed.name, "INLINE_REDUCE", start_ns,
+                                   time.monotonic_ns())
+        return _deliver(op.arr, out, op.inplace)
 
     def _finish(self, op: Op, result: Any = None,
                 exception: BaseException | None = None) -> None:
@@ -365,13 +490,23 @@ class Engine:
             self._failure = self._failure or reason
             incoming, self._incoming = self._incoming, []
         ops = list(self._pending.values()) + incoming
+        for waiting in self._parked.values():
+            ops.extend(waiting)
+        self._parked.clear()
         if self._joining is not None:
             ops.append(self._joining)
         self._pending.clear()
         self._joining = None
         for op in ops:
-            if not op.done.is_set():
+            if op.state != DONE:
                 op.finish(exception=make(op))
+
+
+def _raising(exc: BaseException) -> Callable[[], bool]:
+    def body() -> bool:
+        raise exc
+
+    return body
 
 
 def _unknown(handle: Any) -> HandleError:

@@ -56,6 +56,7 @@ class RuntimeEnv:
     under_mpi_launcher: bool = False              # started by mpirun/mpiexec/srun
     cma: bool = True                              # GCURUN_CMA: same-host single-copy reads
     rings: bool = True                            # GCURUN_SHM: same-host shared-memory rings
+    huge_pages: bool = True                       # GCURUN_HUGE_PAGES: collapse big tensors
     chunk_bytes: int = DEFAULT_CHUNK_BYTES        # GCURUN_CHUNK_BYTES: ring pipeline chunk
     # Knobs of the background engine (read here so that all variables live in one module).
     fusion_threshold_mb: float = 64.0
@@ -84,6 +85,7 @@ def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
         under_mpi_launcher=_under_mpi_launcher(environ),
         cma=_flag(environ, "GCURUN_CMA", True),
         rings=_flag(environ, "GCURUN_SHM", True),
+        huge_pages=_flag(environ, "GCURUN_HUGE_PAGES", True),
         chunk_bytes=int(_positive(environ, "GCURUN_CHUNK_BYTES", DEFAULT_CHUNK_BYTES)),
         **_engine_knobs(environ),
     )

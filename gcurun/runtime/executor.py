@@ -21,6 +21,7 @@ from gcurun.runtime.api import ReduceOp, Transport
 from gcurun.runtime.collectives import GATHER_REDUCE_BYTES, _deliver, _finish_reduction
 from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale
 from gcurun.runtime.negotiate import OpKind
+from gcurun.runtime.pages import HugePages
 from gcurun.runtime.requests import Agreed, Op
 from gcurun.runtime.timeline import Timeline
 
@@ -54,13 +55,15 @@ class Executor:
     """Runs agreed ops over one transport; owns the reusable buffers."""
 
     def __init__(self, transport: Transport, chunk_bytes: int, threshold_bytes: int,
-                 timeline: Timeline | None = None):
+                 timeline: Timeline | None = None, huge_pages: bool = True):
         self.t = transport
         self.rank, self.size = transport.rank, transport.size
         self.chunk_bytes = chunk_bytes
         self.threshold_bytes = threshold_bytes
         self.timeline = timeline
         self.fusion = fusion.FusionBuffers()
+        # Tensors reduced where they lie are read by peers: give them huge pages (once).
+        self.pages = HugePages(huge_pages and transport.size > 1)
         self._chunks: dict[np.dtype, np.ndarray] = {}
         self._scratch = np.empty(2 * self.size * GATHER_REDUCE_BYTES, np.uint8)
         # batches run, and ops that ran in a batch of more than one
@@ -181,6 +184,7 @@ class Executor:
             data = np.full(agreed.elements, identity(rop, dtype), dtype)
             return data, data
         src = op.src
+        self.pages.prepare(src)
         out = src if op.inplace else aligned_empty(len(src), dtype)
         if agreed.prescale != 1.0:
             np.multiply(src, agreed.prescale, out=out, casting="unsafe")

@@ -8,12 +8,13 @@ as they are. Copying a large tensor in and out of a fusion buffer would read and
 every byte twice more than the ring itself does, and on a host whose memory bandwidth
 is the bottleneck that costs more than the per-message overhead the copy would save.
 
-Messages never cross a piece boundary, so both ends of every transfer compute the same
-sizes from the same piece layout.
+A message may span several pieces (:meth:`Transport.sendrecv_parts`): both ends compute
+the same message sizes from the same layout of the virtual buffer, however it is cut.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -83,20 +84,19 @@ class Pieces:
         self.starts = starts
         self.total = total
 
-    def parts(self, offset: int, length: int, chunk: int | None) -> list[Part]:
+    def parts(self, offset: int, length: int) -> list[Part]:
         """The views covering elements [offset, offset + length), cut at piece
-        boundaries and, when ``chunk`` is given, every ``chunk`` elements of a piece."""
+        boundaries."""
         parts: list[Part] = []
         stop = offset + length
-        for (src, out), start in zip(self.pairs, self.starts, strict=True):
-            end = start + len(src)
-            if end <= offset or start >= stop:
-                continue
-            lo, hi = max(offset, start) - start, min(stop, end) - start
-            step = chunk or hi - lo
-            for a in range(lo, hi, step):
-                b = min(a + step, hi)
-                parts.append((src[a:b], out[a:b]))
+        index = max(bisect.bisect_right(self.starts, offset) - 1, 0)
+        while index < len(self.pairs) and self.starts[index] < stop:
+            src, out = self.pairs[index]
+            start = self.starts[index]
+            lo, hi = max(offset - start, 0), min(stop - start, len(src))
+            if hi > lo:
+                parts.append((src[lo:hi], out[lo:hi]))
+            index += 1
         return parts
 
 
@@ -107,46 +107,42 @@ def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[alg.Seg
                         ufunc: np.ufunc, tmp: np.ndarray, finish: Finish | None = None
                         ) -> None:
     """The reduce-scatter half of a ring allreduce over ``pieces``: rank r ends with
-    segment r reduced into the outputs. ``tmp`` holds one chunk. ``finish`` (averaging,
+    segment r reduced into the outputs. Segments travel in chunks of ``len(tmp)``
+    elements, each one message however many pieces it spans. ``finish`` (averaging,
     scaling) is applied to each chunk of segment r as soon as it is reduced, while it is
     still in cache: every element is finished once, by its owner, before the allgather."""
     p, r = t.size, t.rank
     right, left = (r + 1) % p, (r - 1) % p
     chunk = len(tmp)
-    empty = tmp[:0]
-    outgoing: list[np.ndarray] | None = None
     for step in range(p - 1):
-        send_index, recv_index = (r - step - 1) % p, (r - step - 2) % p
-        if outgoing is None:
-            outgoing = [src for src, _ in pieces.parts(*segments[send_index], chunk)]
-        incoming = pieces.parts(*segments[recv_index], chunk)
-        for i in range(max(len(outgoing), len(incoming))):
-            send = outgoing[i] if i < len(outgoing) else empty
-            if i < len(incoming):
-                local, acc = incoming[i]
-                arrived = tmp[:len(local)]
-                t.sendrecv(send, right, arrived, left)
-                ufunc(local, arrived, out=acc)
-                if finish is not None and step == p - 2:
+        send_offset, send_length = segments[(r - step - 1) % p]
+        recv_offset, recv_length = segments[(r - step - 2) % p]
+        last = step == p - 2
+        for start in range(0, max(send_length, recv_length), chunk):
+            # The first step sends inputs; later ones the sums of the step before.
+            sends = [pair[1 if step else 0] for pair in
+                     pieces.parts(send_offset + start, min(chunk, send_length - start))]
+            incoming = pieces.parts(recv_offset + start, min(chunk, recv_length - start))
+            arrived, position = [], 0
+            for local, _ in incoming:         # cut as the sender cuts the same range
+                arrived.append(tmp[position:position + len(local)])
+                position += len(local)
+            t.sendrecv_parts(sends, right, arrived, left)
+            for (local, acc), theirs in zip(incoming, arrived, strict=True):
+                ufunc(local, theirs, out=acc)
+                if finish is not None and last:
                     finish(acc)
-            else:
-                t.sendrecv(send, right, empty, left)
-        outgoing = [acc for _, acc in incoming]
 
 
 def ring_allgather(t: Transport, pieces: Pieces, segments: Sequence[alg.Segment]) -> None:
     """The allgather half: every rank holds its own reduced segment r in the outputs;
-    afterwards every rank holds all of them."""
+    afterwards every rank holds all of them. A segment is one message each way."""
     p, r = t.size, t.rank
     right, left = (r + 1) % p, (r - 1) % p
-    empty = pieces.pairs[0][1][:0]
     for step in range(p - 1):
-        outgoing = pieces.parts(*segments[(r - step) % p], None)
-        incoming = pieces.parts(*segments[(r - step - 1) % p], None)
-        for i in range(max(len(outgoing), len(incoming))):
-            send = outgoing[i][1] if i < len(outgoing) else empty
-            recv = incoming[i][1] if i < len(incoming) else empty
-            t.sendrecv(send, right, recv, left)
+        sends = [out for _, out in pieces.parts(*segments[(r - step) % p])]
+        recvs = [out for _, out in pieces.parts(*segments[(r - step - 1) % p])]
+        t.sendrecv_parts(sends, right, recvs, left)
 
 
 def ring_allreduce(t: Transport, pieces: Pieces, ufunc: np.ufunc, tmp: np.ndarray,

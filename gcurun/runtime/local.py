@@ -20,6 +20,10 @@ class SelfTransport:
     def sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int) -> None:
         self._refuse(dest)
 
+    def sendrecv_parts(self, sendbufs: list[Buffer], dest: int, recvbufs: list[Buffer],
+                       source: int) -> None:
+        self._refuse(dest)
+
     def close(self) -> None:
         pass
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from gcurun.runtime.algorithms import staged_sendrecv_parts
 from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
 from gcurun.runtime.env import RankFacts
 
@@ -50,6 +51,30 @@ class MPITransport:
 
     def sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int) -> None:
         self._transfer(sendbuf, dest, recvbuf, source)
+
+    def sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
+                       recvbufs: Sequence[Buffer], source: int) -> None:
+        """One MPI message per piece, all of them in flight at once: each large piece
+        takes the MPI library's single-copy path where it lies (an indexed datatype over
+        the pieces would be packed through bounce buffers instead)."""
+        sends = [buf for buf in sendbufs if buf.nbytes]
+        recvs = [buf for buf in recvbufs if buf.nbytes]
+        if len(sends) <= 1 and len(recvs) <= 1:
+            self._transfer(sends[0] if sends else None, dest, recvs[0] if recvs else None,
+                           source)
+            return
+        if any(buf.nbytes > PIECE_BYTES for buf in (*sends, *recvs)):
+            staged_sendrecv_parts(self, sends, dest, recvs, source)
+            return
+        mpi, comm, byte = self._mpi, self.comm, self._byte
+        try:
+            requests = [comm.Irecv([buf, byte], source, TAG) for buf in recvs]
+            requests += [comm.Isend([buf, byte], dest, TAG) for buf in sends]
+            if not mpi.Request.Testall(requests):
+                self._wait(requests, [source] * len(recvs) + [dest] * len(sends))
+        except mpi.Exception as exc:
+            raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
+                                   f"{source if recvs else dest}: {exc}") from None
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:

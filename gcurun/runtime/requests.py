@@ -29,22 +29,25 @@ CACHEABLE = (OpKind.ALLREDUCE, OpKind.ALLGATHER, OpKind.BROADCAST, OpKind.REDUCE
 
 PENDING, AGREED, DONE = 0, 1, 2
 _NOTHING = np.empty(0, np.uint8)
+# Orders an op's completion against a waiter arming its event (see Op.wait).
+_ARMING = threading.Lock()
 
 
 class Op:
     """One collective submitted by this rank, from submission to completion."""
 
     __slots__ = ("kind", "name", "arr", "src", "inplace", "dtype", "code", "shape", "rop",
-                 "root", "prescale", "postscale", "splits", "error", "submitted_ns", "done",
-                 "result", "exception", "position", "sent", "state", "key")
+                 "root", "prescale", "postscale", "splits", "error", "submitted_ns", "_event",
+                 "result", "exception", "position", "sent", "state", "key", "auto")
 
     def __init__(self, kind: OpKind, name: str, arr: np.ndarray | None = None,
                  src: np.ndarray | None = None, *, inplace: bool = False,
                  rop: int = -1, root: int = -1, prescale: float = 1.0,
                  postscale: float = 1.0, splits: tuple[int, ...] | None = None,
-                 error: str | None = None):
+                 error: str | None = None, auto: bool = False):
         self.kind = kind
         self.name = name
+        self.auto = auto                # the engine named it (the caller gave no name)
         # The caller's array (results are shaped like it) and its flat contiguous data;
         # ops without data (barrier) and ops with bad arguments (never run) have none.
         self.arr: np.ndarray = _NOTHING if arr is None else arr
@@ -60,7 +63,7 @@ class Op:
         self.splits = splits
         self.error = error
         self.submitted_ns = time.monotonic_ns()
-        self.done = threading.Event()
+        self._event: threading.Event | None = None    # made only when a thread waits
         self.result: Any = None
         self.exception: BaseException | None = None
         self.position = -1              # its entry in the response cache, or -1
@@ -80,8 +83,24 @@ class Op:
 
     def finish(self, result: Any = None, exception: BaseException | None = None) -> None:
         self.result, self.exception = result, exception
-        self.state = DONE
-        self.done.set()
+        with _ARMING:
+            self.state = DONE
+            event = self._event
+        if event is not None:
+            event.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Block until the op is done (True) or ``timeout`` seconds pass (False). Most
+        ops finish on the thread that waits for them, so the event is made on demand."""
+        if self.state == DONE:
+            return True
+        with _ARMING:
+            if self.state == DONE:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
 
 class Agreed(NamedTuple):

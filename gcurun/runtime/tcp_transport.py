@@ -24,13 +24,15 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from gcurun.runtime import shm, wire
 from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
-from gcurun.runtime.cma import CrossMemory, address_of
+from gcurun.runtime.cma import CrossMemory, Extent, address_of
 from gcurun.runtime.links import Link, Mover
 from gcurun.runtime.rendezvous_client import RendezvousClient
 
@@ -41,7 +43,8 @@ CONNECT_EXTRA = struct.Struct("<IIB")      # connector's rank, generation, featu
 ACCEPT_EXTRA = struct.Struct("<IB")        # acceptor's rank, features
 CAN_READ_YOU = 1                           # feature: single-copy reads of the other side
 CAN_SHARE_RINGS = 2                        # feature: shared-memory rings
-DESCRIPTOR = struct.Struct("<QQ")          # address, bytes
+DESCRIPTOR = struct.Struct("<QQ")          # address, bytes (address 0: a list follows)
+MAX_EXTENTS = 1 << 16
 ACK = b"\x06"
 CMA_MIN_BYTES = 64 << 10
 SOCKET_BUFFER_BYTES = 4 << 20
@@ -245,13 +248,24 @@ class TCPTransport:
     # -- data -----------------------------------------------------------------------------
 
     def send(self, buf: Buffer, dest: int) -> None:
-        self._transfer(buf, dest, None, dest)
+        self._transfer((buf,), dest, (), dest)
 
     def recv(self, buf: Buffer, source: int) -> None:
-        self._transfer(None, source, buf, source)
+        self._transfer((), source, (buf,), source)
 
     def sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int) -> None:
-        self._transfer(sendbuf, dest, recvbuf, source)
+        self._transfer((sendbuf,), dest, (recvbuf,), source)
+
+    def sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
+                       recvbufs: Sequence[Buffer], source: int) -> None:
+        """A sendrecv of one message each way made of several buffers (see
+        :meth:`Transport.sendrecv_parts`; here only the totals must match). A large
+        message between ranks of one host is one descriptor and one single-copy read,
+        however many pieces it has."""
+        if len(sendbufs) > MAX_EXTENTS:         # more than a descriptor may list: one copy
+            sendbufs = [np.concatenate([np.frombuffer(memoryview(buf).cast("B"), np.uint8)
+                                        for buf in sendbufs])]
+        self._transfer(sendbufs, dest, recvbufs, source)
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:
@@ -274,7 +288,7 @@ class TCPTransport:
         def run() -> None:
             nonlocal link, swap
             if swap is None or self._closing or link.sends or link.recvs:  # type: ignore[union-attr]
-                self._transfer(sendbuf, dest, recvbuf, source)
+                self.sendrecv(sendbuf, dest, recvbuf, source)
                 if swap is None:    # a link is made on first use, and kept until close()
                     link = self._links.get(dest)
                     swap = swap_over(link)
@@ -283,52 +297,77 @@ class TCPTransport:
             if got == size:
                 return
             if got < 0:         # no room in the ring: the general way
-                self._transfer(sendbuf, dest, recvbuf, source)
+                self.sendrecv(sendbuf, dest, recvbuf, source)
                 return
             link.recvs.append([recv_view, got, None])  # type: ignore[union-attr]
             mover.progress([link])  # type: ignore[list-item]
 
         return run
 
-    def _transfer(self, sendbuf: Buffer | None, dest: int, recvbuf: Buffer | None,
+    def _transfer(self, sendbufs: Sequence[Buffer], dest: int, recvbufs: Sequence[Buffer],
                   source: int) -> None:
-        send_bytes = 0 if sendbuf is None else sendbuf.nbytes
-        recv_bytes = 0 if recvbuf is None else recvbuf.nbytes
+        sends = [buf for buf in sendbufs if buf.nbytes]
+        recvs = [buf for buf in recvbufs if buf.nbytes]
         links = []
-        if recvbuf is not None and recv_bytes:
+        if recvs:
             inc = self._link(source)
             links.append(inc)
+            recv_bytes = sum(buf.nbytes for buf in recvs) if len(recvs) > 1 else \
+                recvs[0].nbytes
             if inc.pull and recv_bytes >= CMA_MIN_BYTES:
-                self._expect_descriptor(inc, recvbuf, recv_bytes)
+                self._expect_descriptor(inc, recvs, recv_bytes)
             else:
-                inc.recvs.append([memoryview(recvbuf).cast("B"), 0, None])
-        if sendbuf is not None and send_bytes:
+                inc.recvs.extend([memoryview(buf).cast("B"), 0, None] for buf in recvs)
+        if sends:
             out = self._link(dest)
             if not links or out is not links[0]:
                 links.append(out)
+            send_bytes = sum(buf.nbytes for buf in sends) if len(sends) > 1 else \
+                sends[0].nbytes
             if out.pushed and send_bytes >= CMA_MIN_BYTES:
-                out.sends.append([DESCRIPTOR.pack(address_of(sendbuf), send_bytes), 0, None])
+                out.sends.append([_describe(sends), 0, None])
                 out.recvs.append([memoryview(bytearray(1)), 0, None])
             else:
-                out.sends.append([memoryview(sendbuf).cast("B"), 0, None])
+                out.sends.extend([memoryview(buf).cast("B"), 0, None] for buf in sends)
         if links:
             self._mover.progress(links)
 
-    def _expect_descriptor(self, link: Link, recvbuf: Buffer, nbytes: int) -> None:
+    def _expect_descriptor(self, link: Link, recvbufs: list[Buffer], nbytes: int) -> None:
+        """Queue the receipt of a large message as a descriptor of where it lies in the
+        peer: one extent, or a count and then the list of extents."""
         descriptor = bytearray(DESCRIPTOR.size)
 
-        def pull() -> None:
-            address, length = DESCRIPTOR.unpack(descriptor)
-            if length != nbytes:
-                raise self._failure(link.peer, f"sent {length} bytes where {nbytes} were "
-                                               "expected (protocol error)")
+        def pull(remote: list[Extent]) -> None:
             try:
-                self._cma.read(link.pid, address_of(recvbuf), address, nbytes)
+                if len(remote) == 1 and len(recvbufs) == 1:
+                    self._cma.read(link.pid, address_of(recvbufs[0]), remote[0][0], nbytes)
+                else:
+                    self._cma.read_parts(link.pid, [(address_of(buf), buf.nbytes)
+                                                    for buf in recvbufs], remote)
             except OSError as exc:
                 raise self._failure(link.peer, f"its memory cannot be read ({exc})") from None
             link.sends.append([ACK, 0, None])
 
-        link.recvs.append([memoryview(descriptor), 0, pull])
+        def check(remote: list[Extent]) -> list[Extent]:
+            total = sum(length for _, length in remote)
+            if total != nbytes:
+                raise self._failure(link.peer, f"sent {total} bytes where {nbytes} were "
+                                               "expected (protocol error)")
+            return remote
+
+        def header() -> None:
+            address, length = DESCRIPTOR.unpack(descriptor)
+            if address:
+                pull(check([(address, length)]))
+                return
+            if not 0 < length <= MAX_EXTENTS:
+                raise self._failure(link.peer, f"announced {length} pieces (protocol error)")
+            table = bytearray(length * DESCRIPTOR.size)
+            # The list follows the header at once: read it before anything else queued.
+            link.recvs.insert(0, [memoryview(table), 0,
+                                  lambda: pull(check(list(DESCRIPTOR.iter_unpack(table))))])
+
+        link.recvs.append([memoryview(descriptor), 0, header])
 
     def _failure(self, peer: int, what: str) -> PeerFailureError:
         """The error for a broken link to ``peer``. A peer's connection usually breaks
@@ -381,6 +420,14 @@ class TCPTransport:
             listener.close()
         self._wake_r.close()
         self._wake_w.close()
+
+
+def _describe(bufs: list[Buffer]) -> bytes:
+    """The descriptor of a large message: its one extent, or (0, count) and the extents."""
+    if len(bufs) == 1:
+        return DESCRIPTOR.pack(address_of(bufs[0]), bufs[0].nbytes)
+    return DESCRIPTOR.pack(0, len(bufs)) + b"".join(
+        DESCRIPTOR.pack(address_of(buf), buf.nbytes) for buf in bufs)
 
 
 def _tune(sock: socket.socket) -> None:

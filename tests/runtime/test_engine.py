@@ -8,7 +8,7 @@ import pytest
 
 from gcurun.runtime import async_ops as ops
 from gcurun.runtime.api import MismatchError, PeerFailureError, ReduceOp
-from gcurun.runtime.controller import ResponseCache
+from gcurun.runtime.cache import ResponseCache
 from gcurun.runtime.engine import Engine, HandleError
 from gcurun.runtime.requests import Agreed
 from tests.runtime.engines import run_engines

@@ -28,13 +28,36 @@ def test_a_threshold_of_zero_disables_fusion() -> None:
     assert plan_batches([(F32, 1), (F32, 1), (None, 0)], 0) == [[0], [1], [2]]
 
 
-def test_pieces_cut_at_piece_boundaries_and_chunks() -> None:
+def test_pieces_cut_a_range_of_the_concatenation_at_piece_boundaries() -> None:
     a, b, c = np.arange(5.0), np.arange(0.0), np.arange(7.0) + 10
     pieces = Pieces([(a, a), (b, b), (c, c)])
     assert pieces.total == 12 and len(pieces.pairs) == 2      # the empty piece is dropped
-    parts = [src.tolist() for src, _ in pieces.parts(3, 6, 2)]
-    assert parts == [[3.0, 4.0], [10.0, 11.0], [12.0, 13.0]]
-    assert [src.tolist() for src, _ in pieces.parts(0, 12, None)] == [a.tolist(), c.tolist()]
+    assert [src.tolist() for src, _ in pieces.parts(3, 6)] == [[3.0, 4.0],
+                                                               [10.0, 11.0, 12.0, 13.0]]
+    assert [src.tolist() for src, _ in pieces.parts(0, 12)] == [a.tolist(), c.tolist()]
+    assert [src.tolist() for src, _ in pieces.parts(6, 2)] == [[11.0, 12.0]]
+    assert pieces.parts(12, 5) == [] and pieces.parts(4, 0) == [] and pieces.parts(4, -1) == []
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_fused_pass_sends_as_many_messages_as_one_buffer_would(size: int) -> None:
+    """Messages span pieces: many small tensors cost no more messages than their
+    concatenation (the single-copy path then reads them in one call)."""
+    lengths = [3, 50, 1, 0, 17, 9, 120, 2, 33]
+
+    def body(comm: object) -> tuple[list[np.ndarray], int, int]:
+        t = comm.transport  # type: ignore[attr-defined]
+        tensors = [np.arange(n, dtype=np.float64) + t.rank for n in lengths]
+        fusion.ring_allreduce(t, Pieces([(x, x) for x in tensors]), np.add, np.empty(16))
+        fused = len(t.sent)
+        flat = np.concatenate([np.arange(n, dtype=np.float64) + t.rank for n in lengths])
+        fusion.ring_allreduce(t, Pieces([(flat, flat)]), np.add, np.empty(16))
+        return tensors, fused, len(t.sent) - fused
+
+    for tensors, fused, single in run_ranks(size, body, chunk_bytes=64):
+        assert fused == single
+        for n, out in zip(lengths, tensors, strict=True):
+            assert np.array_equal(out, np.arange(n) * size + sum(range(size)))
 
 
 @pytest.mark.parametrize("size", [1, 2, 3])

@@ -61,13 +61,16 @@ def test_topology_follows_the_launchers_hosts() -> None:
         assert f"local={where}" in job.lines(f"rank {rank} of 4 ok")[0]
 
 
-def test_a_dead_peer_makes_the_others_raise_tcp() -> None:
-    # The timeout is far away: only noticing the death can end the wait in time.
-    job = run_job("tcp", 3, "peer_death.py", "1", env={"GCURUN_TIMEOUT_SECONDS": "300"},
+@pytest.mark.parametrize("ops", ["large", "small"])
+def test_a_dead_peer_makes_the_others_raise_tcp(ops: str) -> None:
+    # The timeout is far away: only noticing the death can end the wait in time. Small
+    # ops run in the engine's quick cycles on the calling thread.
+    job = run_job("tcp", 3, "peer_death.py", "1", ops, env={"GCURUN_TIMEOUT_SECONDS": "300"},
                   timeout=60)
     assert job.returncodes == [0, 17, 0], job.stderr
+    first = "step.0" if ops == "large" else "warmup"
     for rank in (0, 2):
-        raised = job.lines(f"rank {rank} raised PeerFailureError: allreduce 'step.0'")
+        raised = job.lines(f"rank {rank} raised PeerFailureError: allreduce '{first}'")
         assert len(raised) == 1, job.stdout + job.stderr
         assert "rank 1" in raised[0]
         assert job.lines(f"rank {rank} refused the next call: allreduce 'after': the job "
@@ -167,6 +170,19 @@ def test_sub_communicators(size: int) -> None:
     assert job.returncodes == [0], job.stdout + job.stderr
     for rank in range(size):
         assert job.lines(f"rank {rank} ok:"), job.stdout
+
+
+@pytest.mark.mpi
+@needs_mpi
+@pytest.mark.parametrize("env", [{}, {"GCURUN_CMA": "0"}, {"GCURUN_CMA": "0", "GCURUN_SHM": "0"}],
+                         ids=["single-copy", "shared-memory-rings", "unix-sockets"])
+def test_messages_of_several_pieces_on_both_transports(env: dict) -> None:
+    """sendrecv_parts around a ring of 3: sender and receiver cut each message their own
+    way (mpi: indexed datatypes; tcp: one descriptor and one read, or stream pieces)."""
+    job = run_job("mpi", 3, "parts.py", env=env)
+    assert job.returncodes == [0], job.stdout + job.stderr
+    for rank in range(3):
+        assert job.lines(f"rank {rank} of 3 parts ok: 14 exchanges"), job.stdout + job.stderr
 
 
 QUICK_BENCH = (str(ROOT / "benchmarks" / "allreduce.py"), "--max-bytes", "8192", "--rounds",

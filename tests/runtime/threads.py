@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from gcurun.runtime.algorithms import staged_sendrecv_parts
 from gcurun.runtime.api import CollectiveTimeout
 from gcurun.runtime.collectives import Communicator
 
@@ -45,6 +46,10 @@ class QueueTransport:
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int) -> None:
         self.send(sendbuf, dest)
         self.recv(recvbuf, source)
+
+    def sendrecv_parts(self, sendbufs: list[Any], dest: int, recvbufs: list[Any],
+                       source: int) -> None:
+        staged_sendrecv_parts(self, sendbufs, dest, recvbufs, source)
 
     def close(self) -> None:
         pass

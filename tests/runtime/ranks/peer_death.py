@@ -1,5 +1,6 @@
 """Rank script: rank ``argv[1]`` dies (os._exit, no shutdown) after a first allreduce; the
-others must raise PeerFailureError naming it, not hang."""
+others must raise PeerFailureError naming it, not hang. With ``small`` as ``argv[2]`` the
+others run tiny cached allreduces (the engine's quick cycles) instead of large ones."""
 
 from __future__ import annotations
 
@@ -15,12 +16,17 @@ def main() -> None:
     victim = int(sys.argv[1])
     hvd.init()
     rank = hvd.rank()
-    hvd.allreduce(np.ones(10), name="warmup")
+    small = sys.argv[2:] == ["small"]
+    for _ in range(3 if small else 1):     # cached, then in steady state
+        hvd.allreduce(np.ones(2), name="warmup")
     if rank == victim:
         os._exit(17)
     try:
         for step in range(1000):
-            hvd.allreduce(np.ones(1 << 18), name=f"step.{step}")
+            if small:
+                hvd.allreduce(np.ones(2), name="warmup")
+            else:
+                hvd.allreduce(np.ones(1 << 18), name=f"step.{step}")
     except hvd.PeerFailureError as exc:
         print(f"rank {rank} raised PeerFailureError: {exc}".replace("\n", " "), flush=True)
         try:
