@@ -90,8 +90,8 @@ class MPITransport:
 
         def run() -> None:
             try:
+                start_send()        # first: the peer waits for it, not for our receive
                 start_receive()
-                start_send()
                 spins = 0
                 while not test_receive():
                     spins += 1

@@ -20,6 +20,7 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Callable
 
 RING_BYTES = 1 << 20
 CONTROL_BYTES = 4096
@@ -129,6 +130,71 @@ class Channel:
         first = Ring(self._region[:half], capacity)
         second = Ring(self._region[half:], capacity)
         self.outgoing, self.incoming = (first, second) if creator else (second, first)
+
+    def exchanger(self, send: memoryview, recv: memoryview, doorbell: Callable[[], None],
+                  spins: int) -> Callable[[], int]:
+        """A function that swaps two fixed messages (the negotiation block of every
+        collective): it writes all of ``send`` to the outgoing ring, or nothing when the
+        ring lacks the room (it then returns -1), and reads all of ``recv`` from the
+        incoming ring, checking up to ``spins`` times for the whole message; it returns
+        ``len(recv)`` or 0 when the message is not there yet (the caller then waits for
+        it the general way). ``doorbell()`` wakes the peer when it sleeps on either ring.
+
+        This is the latency of the smallest collectives, so the ring bookkeeping of
+        :meth:`Ring.write` and :meth:`Ring.read_into` is written out with every name in
+        a closure cell.
+        """
+        out_words, out_data = self.outgoing._words, self.outgoing._data
+        in_words, in_data = self.incoming._words, self.incoming._data
+        capacity = self.outgoing._capacity
+        size, wanted = len(send), len(recv)
+        if size > capacity or wanted > capacity:
+            return lambda: -1
+        most_waiting = capacity - size    # for ``send`` to fit
+        # The reader's last known position: it only grows, so an old value only
+        # understates the room, and the peer's cache line is read when room runs short.
+        freed = out_words[TAIL]
+
+        def run() -> int:
+            nonlocal freed
+            head = out_words[HEAD]
+            if head - freed > most_waiting:
+                freed = out_words[TAIL]
+                if head - freed > most_waiting:
+                    return -1
+            start = head % capacity
+            end = start + size
+            if end <= capacity:
+                out_data[start:end] = send
+            else:
+                first = capacity - start
+                out_data[start:] = send[:first]
+                out_data[:end - capacity] = send[first:]
+            out_words[HEAD] = head + size             # publish after the data is stored
+            if out_words[READER_SLEEPS]:
+                doorbell()
+            tail = in_words[TAIL]
+            done = tail + wanted
+            if in_words[HEAD] < done:
+                for _ in range(spins):
+                    if in_words[HEAD] >= done:
+                        break
+                else:
+                    return 0
+            start = tail % capacity
+            end = start + wanted
+            if end <= capacity:
+                recv[:] = in_data[start:end]
+            else:
+                first = capacity - start
+                recv[:first] = in_data[start:]
+                recv[first:] = in_data[:end - capacity]
+            in_words[TAIL] = done                     # free after the data is read
+            if in_words[WRITER_SLEEPS]:
+                doorbell()
+            return wanted
+
+        return run
 
     @staticmethod
     def create(capacity: int = RING_BYTES) -> tuple[Channel, int]:

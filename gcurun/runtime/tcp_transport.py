@@ -25,6 +25,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -272,28 +273,35 @@ class TCPTransport:
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:
         """A sendrecv of two fixed small buffers, run many times (the negotiation of every
-        collective): with one same-host peer it is a write to the ring and a read from it."""
+        collective): with one same-host peer it is a write to the ring and a read from it
+        (:meth:`shm.Channel.exchanger`), made once the link exists."""
         send_view = memoryview(sendbuf).cast("B")
         recv_view = memoryview(recvbuf).cast("B")
-        size = len(send_view)
+        size = len(recv_view)
         mover = self._mover
+        link: Link | None = None         # the link that ``swap`` moves bytes over
+        swap: Callable[[], int] | None = None
+
+        def swap_over(over: Link | None) -> Callable[[], int] | None:
+            if over is None or over.channel is None or dest != source:
+                return None
+            return over.channel.exchanger(send_view, recv_view,
+                                          partial(mover.ring_doorbell, over), FAST_READS)
 
         def run() -> None:
-            link = self._links.get(dest)
-            channel = link.channel if link is not None else None
-            if (channel is None or dest != source or link.sends or link.recvs  # type: ignore[union-attr]
-                    or len(recv_view) != size or not channel.outgoing.write_all(send_view)):
+            nonlocal link, swap
+            if swap is None or self._closing or link.sends or link.recvs:  # type: ignore[union-attr]
+                self.sendrecv(sendbuf, dest, recvbuf, source)
+                if swap is None:    # a link is made on first use, and kept until close()
+                    link = self._links.get(dest)
+                    swap = swap_over(link)
+                return
+            got = swap()
+            if got == size:
+                return
+            if got < 0:         # no room in the ring: the general way
                 self.sendrecv(sendbuf, dest, recvbuf, source)
                 return
-            if channel.outgoing.sleeping(reader=True):
-                mover.ring_doorbell(link)  # type: ignore[arg-type]
-            got = 0
-            for _ in range(FAST_READS):
-                got += channel.incoming.read_into(recv_view[got:] if got else recv_view)
-                if got == size:
-                    if channel.incoming.sleeping(reader=False):
-                        mover.ring_doorbell(link)  # type: ignore[arg-type]
-                    return
             link.recvs.append([recv_view, got, None])  # type: ignore[union-attr]
             mover.progress([link])  # type: ignore[list-item]
 

@@ -278,8 +278,65 @@ class Checks:
         got = hvd.allreduce(np.arange(3) + r, op=hvd.Sum, name="after.errors")
         self.equal(got, np.arange(3) * p + p * (p - 1) // 2, "allreduce after errors")
 
+    def repeated(self) -> None:
+        """Small allreduces called again and again (from the second call on, two ranks
+        take a prepared way), names reused with other signatures, and mismatches on
+        names that succeeded before: whichever way each rank takes, the results are
+        right and every rank raises the same error."""
+        hvd, r, p = self.hvd, self.rank, self.size
+        f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+        for salt in range(4):
+            for op, ufunc in ((hvd.Sum, np.add), (hvd.Min, np.minimum),
+                              (hvd.Product, np.multiply)):
+                got = hvd.allreduce(self.values(r, 5, f32, salt), op=op, name=f"rep.{op}")
+                want = self.reduced(lambda k, n, d, s=salt: self.values(k, n, d, s), 5, f32,
+                                    ufunc)
+                self.equal(got, want, f"repeated allreduce {op} call {salt}")
+            x = self.values(r, 2, f64, salt)
+            same = hvd.allreduce_(x, op=hvd.Max, name="rep.inplace")
+            self.ok(same is x, "repeated allreduce_ returns its argument")
+            self.equal(x, self.reduced(lambda k, n, d, s=salt: self.values(k, n, d, s), 2,
+                                       f64, np.maximum), f"repeated allreduce_ call {salt}")
+            total = self.reduced(lambda k, n, d, s=salt: self.values(k, n, d, s), 4, f64, np.add)
+            got = hvd.allreduce(self.values(r, 4, f64, salt), name="rep.average")
+            self.ok(np.allclose(got, total / p), f"repeated average call {salt}")
+            got = hvd.allreduce(self.values(r, 4, f64, salt), op=hvd.Sum, name="rep.scaled",
+                                postscale_factor=0.5)
+            self.equal(got, total * 0.5, f"repeated postscaled sum call {salt}")
+            grid = np.zeros((3, 8), np.int32)
+            grid[:, ::2] = self.values(r, 12, np.dtype(np.int32), salt).reshape(3, 4)
+            hvd.allreduce_(grid[:, ::2], op=hvd.Sum, name="rep.strided")
+            self.equal(grid[:, ::2], self.reduced(
+                lambda k, n, d, s=salt: self.values(k, n, d, s), 12, np.dtype(np.int32),
+                np.add).reshape(3, 4), f"repeated strided in place call {salt}")
+            self.ok(not grid[:, 1::2].any(), "repeated strided in place leaves the gaps")
+            for shape in ((3,), (2, 2), (3,)):      # one name, signatures taking turns
+                n = int(np.prod(shape))
+                got = hvd.allreduce(self.values(r, n, f64).reshape(shape), op=hvd.Sum,
+                                    name="rep.turns")
+                self.equal(got, self.reduced(self.values, n, f64, np.add).reshape(shape),
+                           f"name reused with shape {shape}")
+        if p == 1:
+            return
+        name = "rep.Sum"                          # it succeeded above on every rank
+        shapes = [(5 + (k == 1),) for k in range(p)]
+        self.expect(hvd.MismatchError,
+                    lambda: hvd.allreduce(self.values(r, shapes[r][0], f32), op=hvd.Sum,
+                                          name=name),
+                    "the shape", *[f"rank {k}: allreduce '{name}' float32 shape {shapes[k]}"
+                                   for k in range(p)])
+        self.expect(hvd.MismatchError,
+                    lambda: hvd.allreduce(self.values(r, 5, f32), op=hvd.Sum if r else hvd.Max,
+                                          name=name), "the reduce op", "op Sum", "op Max")
+        self.expect(hvd.MismatchError,
+                    lambda: hvd.allreduce(self.values(r, 5, f32 if r else f64), op=hvd.Sum,
+                                          name=name), "the dtype", "float32", "float64")
+        got = hvd.allreduce(self.values(r, 5, f32), op=hvd.Sum, name=name)
+        self.equal(got, self.reduced(self.values, 5, f32, np.add), "the name after mismatches")
+
     def run_all(self) -> int:
         self.allreduce()
+        self.repeated()
         self.reducescatter()
         self.allgather()
         self.broadcast()
