@@ -8,8 +8,9 @@ as they are. Copying a large tensor in and out of a fusion buffer would read and
 every byte twice more than the ring itself does, and on a host whose memory bandwidth
 is the bottleneck that costs more than the per-message overhead the copy would save.
 
-A message may span several pieces (:meth:`Transport.sendrecv_parts`): both ends compute
-the same message sizes from the same layout of the virtual buffer, however it is cut.
+A message spans as many pieces as its range of the virtual buffer covers
+(:meth:`Transport.sendrecv_parts`), so a batch costs the messages of one buffer of its
+size; both ends cut each message alike, from the same layout.
 """
 
 from __future__ import annotations
@@ -32,9 +33,6 @@ def copy_limit(chunk_bytes: int, pieces_in_one_message: bool) -> int:
     (``pieces_in_one_message``), a piece of its own costs only a ufunc call or two more
     per ring step, the price of copying a few KiB; elsewhere it costs a message or two
     more, tens of microseconds, the price of copying a few hundred KiB."""
-    import os
-    if "XCL" in os.environ:
-        return int(os.environ["XCL"])
     if pieces_in_one_message:
         return 16 << 10
     return max(chunk_bytes // 2, 64 << 10)

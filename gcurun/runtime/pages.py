@@ -6,13 +6,14 @@ as much again as the copy itself. The first time the engine meets a large buffer
 the kernel to collapse the 2 MiB regions under it into transparent huge pages
 (``MADV_COLLAPSE``, Linux 6.1): the bytes stay where they are, only their backing
 changes, once, and every later step reads them at the huge-page rate. A region the
-kernel refuses (it crosses into another mapping, or the kernel is older) stays as it was.
+kernel refuses (it holds no mapping, or the kernel is older) stays as it was.
 ``GCURUN_HUGE_PAGES=0`` turns this off.
 """
 
 from __future__ import annotations
 
 import ctypes
+import mmap
 import sys
 from collections import OrderedDict
 from typing import Any
@@ -20,8 +21,9 @@ from typing import Any
 import numpy as np
 
 HUGE_PAGE = 2 << 20
+MADV_HUGEPAGE = 14
 MADV_COLLAPSE = 25
-MIN_BYTES = 1 << 20             # smaller tensors travel in the fusion buffer, on huge pages
+MIN_BYTES = 1 << 20             # a smaller tensor is a small part of the regions under it
 REMEMBERED = 4096               # buffers already collapsed (a model's gradients, and more)
 
 
@@ -44,7 +46,7 @@ class HugePages:
     """Collapses the memory under large buffers into huge pages, once per buffer."""
 
     def __init__(self, enabled: bool = True, min_bytes: int = MIN_BYTES):
-        self.enabled = enabled and _MADVISE is not None
+        self.enabled = enabled and _can_collapse()
         self.min_bytes = min_bytes
         self.collapsed = 0          # 2 MiB regions the kernel collapsed for us
         self._seen: OrderedDict[tuple[int, int], None] = OrderedDict()
@@ -62,13 +64,32 @@ class HugePages:
         if len(self._seen) > REMEMBERED:
             self._seen.popitem(last=False)
         first = address - address % HUGE_PAGE
-        end = address + arr.nbytes
-        refused = 0
-        for region in range(first, end, HUGE_PAGE):
-            # One region a call: one that crosses into another mapping fails alone.
-            if _MADVISE(region, HUGE_PAGE, MADV_COLLAPSE) == 0:
+        for region in range(first, address + arr.nbytes, HUGE_PAGE):
+            # One region a call, so that one the kernel refuses fails alone. A region
+            # across two mappings (a tensor's allocation and its neighbour's, one advised
+            # for huge pages and one not) is refused until both parts are advised alike.
+            if _MADVISE(region, HUGE_PAGE, MADV_COLLAPSE) == 0 or (
+                    _MADVISE(region, HUGE_PAGE, MADV_HUGEPAGE) == 0
+                    and _MADVISE(region, HUGE_PAGE, MADV_COLLAPSE) == 0):
                 self.collapsed += 1
-            else:
-                refused += 1
-        if refused and not self.collapsed:
-            self.enabled = False    # the kernel cannot do it (too old, or THP off)
+
+
+_CAN_COLLAPSE: bool | None = None
+
+
+def _can_collapse() -> bool:
+    """Whether this kernel collapses memory on request: tried once on a region of our own
+    (an older kernel, or huge pages turned off, refuses)."""
+    global _CAN_COLLAPSE
+    if _CAN_COLLAPSE is None:
+        _CAN_COLLAPSE = False
+        if _MADVISE is not None:
+            region = mmap.mmap(-1, 2 * HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            raw = np.frombuffer(region, np.uint8)
+            start = -raw.__array_interface__["data"][0] % HUGE_PAGE
+            raw[start:start + HUGE_PAGE] = 1
+            _CAN_COLLAPSE = _MADVISE(raw[start:].__array_interface__["data"][0], HUGE_PAGE,
+                                     MADV_COLLAPSE) == 0
+            del raw
+            region.close()
+    return _CAN_COLLAPSE
