@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from gcurun.runtime.api import Buffer, Transport
+from gcurun.runtime.api import Transport
 
 Segment = tuple[int, int]   # (offset, length) in elements
 
@@ -200,22 +200,6 @@ def pairwise_alltoall(t: Transport, send: np.ndarray, send_segments: Sequence[Se
         s_off, s_len = send_segments[dest]
         r_off, r_len = recv_segments[source]
         t.sendrecv(send[s_off:s_off + s_len], dest, out[r_off:r_off + r_len], source)
-
-
-def staged_sendrecv_parts(t: Transport, sendbufs: Sequence[Buffer], dest: int,
-                          recvbufs: Sequence[Buffer], source: int) -> None:
-    """``sendrecv_parts`` for a transport that moves one contiguous buffer at a time: the
-    pieces are copied into one buffer before sending and out of one after receiving."""
-    sends = [np.frombuffer(memoryview(buf).cast("B"), np.uint8) for buf in sendbufs]
-    recvs = [memoryview(buf).cast("B") for buf in recvbufs]
-    send = sends[0] if len(sends) == 1 else np.concatenate(sends) if sends else \
-        np.empty(0, np.uint8)
-    recv = np.empty(sum(len(view) for view in recvs), np.uint8)
-    t.sendrecv(send, dest, recv, source)
-    offset = 0
-    for view in recvs:
-        view[:] = recv[offset:offset + len(view)].data
-        offset += len(view)
 
 
 def reduce_blocks(ufunc: np.ufunc, blocks: Sequence[np.ndarray], out: np.ndarray) -> None:

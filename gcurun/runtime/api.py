@@ -8,6 +8,7 @@ The collective algorithms (:mod:`gcurun.runtime.algorithms`) are written once ov
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from gcurun.errors import CollectiveError
@@ -43,6 +44,9 @@ class Transport(Protocol):
 
     rank: int
     size: int
+    # Whether sendrecv_parts moves a message of many pieces as one (else as a message
+    # per piece): fusion then packs fewer small tensors into its buffer.
+    pieces_in_one_message: bool
 
     def send(self, buf: Buffer, dest: int) -> None:
         """Send all of ``buf`` to ``dest``; returns when ``buf`` may be reused."""
@@ -54,8 +58,8 @@ class Transport(Protocol):
         """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf`` from ``source``,
         overlapped, so that rings of ranks never deadlock."""
 
-    def sendrecv_parts(self, sendbufs: list[Buffer], dest: int, recvbufs: list[Buffer],
-                       source: int) -> None:
+    def sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
+                       recvbufs: Sequence[Buffer], source: int) -> None:
         """:meth:`sendrecv` of messages made of several buffers: ``sendbufs`` go to
         ``dest`` while what ``source`` sends fills ``recvbufs``. The receiver cuts a
         message exactly as its sender does (the same byte counts, in order; zero-byte

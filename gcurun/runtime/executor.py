@@ -62,8 +62,8 @@ class Executor:
         self.threshold_bytes = threshold_bytes
         self.timeline = timeline
         self.fusion = fusion.FusionBuffers()
-        self.pieces_in_one_message = getattr(transport, "pieces_in_one_message", False)
-        # Tensors reduced where they lie are read by peers: give them huge pages (once).
+        # Peers read the tensors not copied into the fusion buffer where they lie: give
+        # the memory under them huge pages.
         self.pages = HugePages(huge_pages and transport.size > 1)
         self._chunks: dict[np.dtype, np.ndarray] = {}
         self._scratch = np.empty(2 * self.size * GATHER_REDUCE_BYTES, np.uint8)
@@ -108,7 +108,7 @@ class Executor:
             results[0] = pairs[0][1]
         else:
             began = time.monotonic_ns()
-            limit = fusion.copy_limit(self.chunk_bytes, self.pieces_in_one_message)
+            limit = fusion.copy_limit(self.chunk_bytes, self.t.pieces_in_one_message)
             small = [a.elements * dtype.itemsize < limit for a, _ in members]
             buf = self.fusion.get(dtype, sum(a.elements for (a, _), s in zip(members, small,
                                                                           strict=True) if s))

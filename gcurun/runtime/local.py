@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gcurun.runtime.api import Buffer
 
 
@@ -10,6 +12,7 @@ class SelfTransport:
 
     rank = 0
     size = 1
+    pieces_in_one_message = False
 
     def send(self, buf: Buffer, dest: int) -> None:
         self._refuse(dest)
@@ -20,8 +23,8 @@ class SelfTransport:
     def sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int) -> None:
         self._refuse(dest)
 
-    def sendrecv_parts(self, sendbufs: list[Buffer], dest: int, recvbufs: list[Buffer],
-                       source: int) -> None:
+    def sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
+                       recvbufs: Sequence[Buffer], source: int) -> None:
         self._refuse(dest)
 
     def close(self) -> None:

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gcurun.runtime.algorithms import staged_sendrecv_parts
 from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
 from gcurun.runtime.env import RankFacts
 
@@ -30,6 +29,8 @@ YIELD_SECONDS = 0.01
 
 class MPITransport:
     """Point-to-point on a private duplicate of ``comm``."""
+
+    pieces_in_one_message = False       # sendrecv_parts: a message per piece
 
     def __init__(self, comm: Any, timeout_seconds: float):
         from mpi4py import MPI
@@ -56,15 +57,13 @@ class MPITransport:
                        recvbufs: Sequence[Buffer], source: int) -> None:
         """One MPI message per piece, all of them in flight at once: each large piece
         takes the MPI library's single-copy path where it lies (an indexed datatype over
-        the pieces would be packed through bounce buffers instead)."""
-        sends = [buf for buf in sendbufs if buf.nbytes]
-        recvs = [buf for buf in recvbufs if buf.nbytes]
+        the pieces would be packed through bounce buffers instead). A piece over
+        ``PIECE_BYTES`` goes as several messages, cut alike on both ends."""
+        sends = _messages(sendbufs)
+        recvs = _messages(recvbufs)
         if len(sends) <= 1 and len(recvs) <= 1:
             self._transfer(sends[0] if sends else None, dest, recvs[0] if recvs else None,
                            source)
-            return
-        if any(buf.nbytes > PIECE_BYTES for buf in (*sends, *recvs)):
-            staged_sendrecv_parts(self, sends, dest, recvs, source)
             return
         mpi, comm, byte = self._mpi, self.comm, self._byte
         try:
@@ -175,6 +174,22 @@ class MPITransport:
                 comm.Free()
             except self._mpi.Exception:
                 pass
+
+
+def _messages(bufs: Sequence[Buffer]) -> list[Buffer]:
+    """The non-empty pieces of ``bufs``, those over ``PIECE_BYTES`` cut into messages of
+    at most that (MPI counts are C ints)."""
+    messages: list[Buffer] = []
+    for buf in bufs:
+        nbytes = buf.nbytes
+        if nbytes <= PIECE_BYTES:
+            if nbytes:
+                messages.append(buf)
+            continue
+        view = memoryview(buf).cast("B")
+        messages.extend(view[start:start + PIECE_BYTES]
+                        for start in range(0, nbytes, PIECE_BYTES))
+    return messages
 
 
 def mpi_topology(comm: Any, facts: RankFacts | None) -> tuple[int, int, int, int]:

@@ -41,18 +41,18 @@ def test_pieces_cut_a_range_of_the_concatenation_at_piece_boundaries() -> None:
 
 @pytest.mark.parametrize("size", [2, 3])
 def test_a_fused_pass_sends_as_many_messages_as_one_buffer_would(size: int) -> None:
-    """Messages span pieces: many small tensors cost no more messages than their
-    concatenation (the single-copy path then reads them in one call)."""
+    """Messages span pieces: many small tensors cost no more exchanges than their
+    concatenation (on tcp an exchange is one message, read in one call)."""
     lengths = [3, 50, 1, 0, 17, 9, 120, 2, 33]
 
     def body(comm: object) -> tuple[list[np.ndarray], int, int]:
         t = comm.transport  # type: ignore[attr-defined]
         tensors = [np.arange(n, dtype=np.float64) + t.rank for n in lengths]
         fusion.ring_allreduce(t, Pieces([(x, x) for x in tensors]), np.add, np.empty(16))
-        fused = len(t.sent)
+        fused = t.exchanges
         flat = np.concatenate([np.arange(n, dtype=np.float64) + t.rank for n in lengths])
         fusion.ring_allreduce(t, Pieces([(flat, flat)]), np.add, np.empty(16))
-        return tensors, fused, len(t.sent) - fused
+        return tensors, fused, t.exchanges - fused
 
     for tensors, fused, single in run_ranks(size, body, chunk_bytes=64):
         assert fused == single
