@@ -252,13 +252,19 @@ class Engine:
             found = self._handles.pop(handle, None)
         if found is None:
             raise _unknown(handle)
+        if not found.grouped and len(found.ops) == 1:     # the usual handle, often done
+            op = found.ops[0]
+            if op.state != DONE:
+                self._wait(op)
+            if op.exception is not None:
+                raise op.exception
+            return op.result
         for op in found.ops:
             self._wait(op)
         for op in found.ops:
             if op.exception is not None:
                 raise op.exception
-        results = [op.result for op in found.ops]
-        return results if found.grouped else results[0]
+        return [op.result for op in found.ops]
 
     def _wait(self, op: Op, deadline: float | None = None) -> None:
         if deadline is None:

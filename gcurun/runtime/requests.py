@@ -138,6 +138,9 @@ class Agreed(NamedTuple):
 
     def key_for(self, rank: int) -> tuple:
         """What ``rank``'s op must match to use this agreement (see :attr:`Op.key`)."""
+        if self.kind == ALLREDUCE:          # checked for every pending op every cycle
+            return (ALLREDUCE, self.code, self.shape, self.rop, self.root, self.prescale,
+                    self.postscale, -1)
         rows = self.rows[rank] if self.rows is not None else -1
         return match_key(OpKind(self.kind), self.code, self.shape, self.rop, self.root,
                          self.prescale, self.postscale, rows)
