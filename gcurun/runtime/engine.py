@@ -455,7 +455,7 @@ class Engine:
                 self.controller.forget(op)
                 self._finish(op, exception=error)
         if items:
-            self.executor.run(items, ready_ns, lambda op, result: self._finish(op, result))
+            self.executor.run(items, ready_ns, self._finish)
         if outcome.join_done is not None and self._joining is not None:
             self._joining.finish(outcome.join_done)
             self._joining = None
