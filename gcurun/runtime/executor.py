@@ -22,7 +22,7 @@ from gcurun.runtime.api import ReduceOp, Transport
 from gcurun.runtime.collectives import GATHER_REDUCE_BYTES, _deliver, _finish_reduction
 from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale
 from gcurun.runtime.negotiate import OpKind
-from gcurun.runtime.pages import HugePages
+from gcurun.runtime.pages import REMEMBERED, HugePages
 from gcurun.runtime.requests import Agreed, Op
 from gcurun.runtime.timeline import Timeline
 
@@ -83,6 +83,35 @@ def deliver(op: Op, result: np.ndarray) -> Any:
     return _deliver(op.arr, result, op.inplace)
 
 
+class MediumPages:
+    """Huge pages for tensors reduced where they lie that are too small for
+    :class:`HugePages` on their own (``low`` to ``high`` bytes): a peer's reads of such
+    a tensor cost as much more on 4 KiB pages as a large one's, per byte. They share the
+    2 MiB regions under them with other data, so a region is collapsed only for a buffer
+    that comes back (the same address and size a second time, as a model's gradients do
+    every step); a buffer used once, or new every step, costs a lookup, never a copy of
+    a region."""
+
+    def __init__(self, enabled: bool, low: int, high: int):
+        self.enabled = enabled and low < high
+        self.low, self.high = low, high
+        self._pages = HugePages(self.enabled, min_bytes=low)
+        self._sightings: OrderedDict[tuple[int, int], bool] = OrderedDict()
+
+    def prepare(self, arr: np.ndarray) -> None:
+        if not self.enabled or not self.low <= arr.nbytes < self.high:
+            return
+        key = (arr.__array_interface__["data"][0], arr.nbytes)
+        collapsed = self._sightings.get(key)
+        if collapsed is None:
+            self._sightings[key] = False
+            if len(self._sightings) > REMEMBERED:
+                self._sightings.popitem(last=False)
+        elif not collapsed:
+            self._sightings[key] = True
+            self._pages.prepare(arr)
+
+
 class Executor:
     """Runs agreed ops over one transport; owns the reusable buffers."""
 
@@ -97,6 +126,9 @@ class Executor:
         self.pieces_in_one_message = getattr(transport, "pieces_in_one_message", False)
         # Tensors reduced where they lie are read by peers: give them huge pages (once).
         self.pages = HugePages(huge_pages and transport.size > 1)
+        self.medium = MediumPages(self.pages.enabled,
+                                  fusion.copy_limit(chunk_bytes, self.pieces_in_one_message),
+                                  self.pages.min_bytes)
         self._chunks: dict[np.dtype, np.ndarray] = {}
         self._scratch = np.empty(2 * self.size * GATHER_REDUCE_BYTES, np.uint8)
         # batches run, and ops that ran in a batch of more than one
@@ -236,7 +268,10 @@ class Executor:
             data = np.full(agreed.elements, identity(rop, dtype), dtype)
             return data, data
         src = op.src
-        self.pages.prepare(src)
+        if src.nbytes >= self.pages.min_bytes:
+            self.pages.prepare(src)
+        else:
+            self.medium.prepare(src)
         out = src if op.inplace else aligned_empty(len(src), dtype)
         if agreed.prescale != 1.0:
             np.multiply(src, agreed.prescale, out=out, casting="unsafe")
