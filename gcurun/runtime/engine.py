@@ -437,17 +437,18 @@ class Engine:
     def _run_outcome(self, outcome: Outcome) -> None:
         ready_ns = time.monotonic_ns()
         items = []
+        pending, controller, timeline = self._pending, self.controller, self.timeline
         for agreed in outcome.ready:
-            op = self._pending.pop(agreed.name, None)
+            op = pending.pop(agreed.name, None)
             if op is not None:
-                self.controller.forget(op)
+                controller.forget(op)
                 op.state = AGREED
             elif self.rank not in outcome.joined:
                 raise ProtocolError(f"{OpKind(agreed.kind).label} {agreed.name!r} is ready "
                                     f"everywhere but rank {self.rank} never submitted it")
-            self.controller.negotiated(agreed.name, ready_ns)
-            if self.timeline is not None:
-                self.timeline.op_start(agreed.name, OpKind(agreed.kind).name, ready_ns)
+            if timeline is not None:        # (negotiation spans exist only with one)
+                controller.negotiated(agreed.name, ready_ns)
+                timeline.op_start(agreed.name, OpKind(agreed.kind).name, ready_ns)
             if agreed is outcome.inline:
                 if op is not None:
                     self._finish(op, self._reduce_inline(agreed, op, ready_ns))
