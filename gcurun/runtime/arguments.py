@@ -25,6 +25,8 @@ def dtype_error(arr: np.ndarray) -> str | None:
 
 def reduce_op(op: Any) -> tuple[ReduceOp, str | None]:
     """``op`` as a ReduceOp (Sum stands in for an invalid one, with the message)."""
+    if type(op) is ReduceOp:        # the usual case, without an enum lookup
+        return op, None
     try:
         return ReduceOp(op), None
     except ValueError:

@@ -187,7 +187,7 @@ class Controller:
         """``op`` ran or failed: its bit no longer says ready, its data leaves my block."""
         if op.position >= 0:
             slot = op.position
-            self._bits[slot >> 3] &= 0xFF ^ (1 << (slot & 7))
+            self._bit_bytes[slot >> 3] &= 0xFF ^ (1 << (slot & 7))
             op.position = -1
         if op is self._inline_op:
             self._inline_op = None
@@ -268,14 +268,16 @@ class Controller:
         else:
             candidates, self._unresolved = self._unresolved, []
         to_send = []
+        # Every pending op, every cycle: locals and memoryview items keep it cheap.
+        rank, bits, cached = self.rank, self._bit_bytes, self.cache.by_name
+        use_cache = self._use_cache
         for op in candidates:
             if op.sent or op.state != PENDING:
                 continue
-            entry = self.cache.get(op.name) if self._use_cache else None
-            if entry is not None and op.cacheable and entry[1].key_for(self.rank) == op.key:
-                op.position = entry[0]
-                slot = entry[0]
-                self._bits[slot >> 3] |= 1 << (slot & 7)
+            entry = cached.get(op.name) if use_cache else None
+            if entry is not None and op.cacheable and entry[1].key_for(rank) == op.key:
+                slot = op.position = entry[0]
+                bits[slot >> 3] |= 1 << (slot & 7)
                 if self._inline_op is None and op.kind == OpKind.ALLREDUCE and \
                         op.src.nbytes <= INLINE_BYTES:
                     self._carry(op, slot)

@@ -10,8 +10,11 @@ or a transport timeout fails every pending op and the engine stops.
 
 Pacing: while ops wait, a cycle starts every ``cycle_time_ms`` (so that ops submitted
 close together are fused); an engine with nothing to do starts its next cycle as soon as
-an op is submitted, or after ``IDLE_TICK`` seconds, to keep the other ranks' cycles
-going (every cycle is a collective).
+an op is submitted, or ``IDLE_TICK`` seconds after its last cycle ended, to keep the
+other ranks' cycles going (every cycle is a collective). Counting from the end matters
+after a long cycle (one that ran a large batch): counting from its start would make the
+next idle cycle due at once, and that cycle, begun before the next step's ops arrive,
+would hold this rank one exchange behind when they do.
 
 Synchronous calls run their cycles on the calling thread while the engine thread is
 idle. A small allreduce of a cached name, when this rank has nothing else going on, takes
@@ -105,6 +108,7 @@ class Engine:
         # synchronize() while the engine thread is idle (saving two thread switches).
         self._cycling = threading.Lock()
         self._last_start = 0.0
+        self._last_end = 0.0                        # when the last cycle ended
         self.cycles = 0
         self._thread = threading.Thread(target=self._run, name="gcurun-engine", daemon=True)
         self._thread.start()
@@ -252,13 +256,19 @@ class Engine:
             found = self._handles.pop(handle, None)
         if found is None:
             raise _unknown(handle)
+        if not found.grouped and len(found.ops) == 1:     # the usual handle, often done
+            op = found.ops[0]
+            if op.state != DONE:
+                self._wait(op)
+            if op.exception is not None:
+                raise op.exception
+            return op.result
         for op in found.ops:
             self._wait(op)
         for op in found.ops:
             if op.exception is not None:
                 raise op.exception
-        results = [op.result for op in found.ops]
-        return results if found.grouped else results[0]
+        return [op.result for op in found.ops]
 
     def _wait(self, op: Op, deadline: float | None = None) -> None:
         if deadline is None:
@@ -324,6 +334,7 @@ class Engine:
             return
         try:
             if (self._cycle if body is None else body)():
+                self._last_end = time.monotonic()
                 return
         except (PeerFailureError, CollectiveTimeout) as exc:
             self._fail(exc, abort=True)
@@ -349,14 +360,14 @@ class Engine:
     def _due(self) -> float:
         """When the next cycle should start: now when asked to stop or when ops arrive at
         an idle engine; a cycle time after the last one while ops wait; else after
-        ``IDLE_TICK``."""
+        ``IDLE_TICK`` from the end of the last one."""
         if self._stop_requested or self._ended:
             return 0.0
         if self._pending or self._parked or self._joining is not None:
             return self._last_start + self.cycle_seconds
         if self._incoming:
             return 0.0
-        return self._last_start + IDLE_TICK
+        return max(self._last_start, self._last_end) + IDLE_TICK
 
     def _cycle(self) -> bool:
         self._last_start = time.monotonic()
@@ -426,17 +437,18 @@ class Engine:
     def _run_outcome(self, outcome: Outcome) -> None:
         ready_ns = time.monotonic_ns()
         items = []
+        pending, controller, timeline = self._pending, self.controller, self.timeline
         for agreed in outcome.ready:
-            op = self._pending.pop(agreed.name, None)
+            op = pending.pop(agreed.name, None)
             if op is not None:
-                self.controller.forget(op)
+                controller.forget(op)
                 op.state = AGREED
             elif self.rank not in outcome.joined:
                 raise ProtocolError(f"{OpKind(agreed.kind).label} {agreed.name!r} is ready "
                                     f"everywhere but rank {self.rank} never submitted it")
-            self.controller.negotiated(agreed.name, ready_ns)
-            if self.timeline is not None:
-                self.timeline.op_start(agreed.name, OpKind(agreed.kind).name, ready_ns)
+            if timeline is not None:        # (negotiation spans exist only with one)
+                controller.negotiated(agreed.name, ready_ns)
+                timeline.op_start(agreed.name, OpKind(agreed.kind).name, ready_ns)
             if agreed is outcome.inline:
                 if op is not None:
                     self._finish(op, self._reduce_inline(agreed, op, ready_ns))
@@ -449,7 +461,7 @@ class Engine:
                 self.controller.forget(op)
                 self._finish(op, exception=error)
         if items:
-            self.executor.run(items, ready_ns, lambda op, result: self._finish(op, result))
+            self.executor.run(items, ready_ns, self._finish)
         if outcome.join_done is not None and self._joining is not None:
             self._joining.finish(outcome.join_done)
             self._joining = None

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from gcurun.runtime.timeline import Timeline
 
 Item = tuple[Agreed, Op | None]       # what runs, and this rank's op (None: joined)
 Complete = Callable[[Op, Any], None]
+PLANS = 64                            # cycles' plans kept (each a list of agreed ops)
 
 ACTIVITY = {
     OpKind.ALLGATHER: "RING_ALLGATHER",
@@ -51,6 +53,36 @@ def identity(rop: ReduceOp, dtype: np.dtype) -> Any:
     return -np.inf if low else np.inf
 
 
+class Layout(NamedTuple):
+    """Where each member of a fused allreduce batch lies: ``offsets[i]`` in the fusion
+    buffer, or -1 for a member reduced where it lies; ``packed`` elements are copied."""
+
+    counts: list[int]
+    offsets: list[int]
+    packed: int
+
+
+def layout(dtype: np.dtype, counts: list[int], limit: int) -> Layout:
+    """The layout of a batch of members of ``counts`` elements: those under ``limit``
+    bytes are packed into the fusion buffer, in order."""
+    offsets, packed = [], 0
+    for count in counts:
+        if count * dtype.itemsize < limit:
+            offsets.append(packed)
+            packed += count
+        else:
+            offsets.append(-1)
+    return Layout(counts, offsets, packed)
+
+
+def deliver(op: Op, result: np.ndarray) -> Any:
+    """``op``'s result shaped like its array. An in-place op on a C-contiguous array was
+    reduced in that array's own memory (its flat view), so there is nothing to copy."""
+    if op.inplace and result is op.src and op.arr.flags.c_contiguous:
+        return op.arr
+    return _deliver(op.arr, result, op.inplace)
+
+
 class Executor:
     """Runs agreed ops over one transport; owns the reusable buffers."""
 
@@ -69,82 +101,101 @@ class Executor:
         self._scratch = np.empty(2 * self.size * GATHER_REDUCE_BYTES, np.uint8)
         # batches run, and ops that ran in a batch of more than one
         self.stats = {"batches": 0, "fused": 0}
+        self._plans: OrderedDict[tuple[Agreed, ...],
+                                 list[tuple[list[int], Layout | None]]] = OrderedDict()
 
     def run(self, items: Sequence[Item], ready_ns: int, complete: Complete) -> None:
         """Run ``items`` (fusing what may be fused); ``complete(op, result)`` for each of
         this rank's ops as soon as its batch is done."""
-        keys: list[tuple[fusion.BatchKey | None, int]] = []
-        for agreed, _ in items if len(items) > 1 else ():
-            if agreed.kind == OpKind.ALLREDUCE:
-                keys.append((fusion.BatchKey(agreed.code, agreed.rop, agreed.prescale,
-                                             agreed.postscale),
-                             agreed.elements * agreed.dtype.itemsize))
-            else:
-                keys.append((None, 0))
-        batches = fusion.plan_batches(keys, self.threshold_bytes) if len(items) > 1 else \
-            [[0]] if items else []
-        for batch in batches:
+        for batch, layout in self._plan([agreed for agreed, _ in items]):
             members = [items[i] for i in batch]
             self.stats["batches"] += 1
             self.stats["fused"] += len(members) if len(members) > 1 else 0
             start = time.monotonic_ns()
             self._queued(members, ready_ns, start)
             if members[0][0].kind == OpKind.ALLREDUCE:
-                self._allreduce(members, complete)
+                self._allreduce(members, layout, complete)
             else:
                 self._single(members[0], complete, start)
 
+    def _plan(self, agreed: list[Agreed]) -> list[tuple[list[int], Layout | None]]:
+        """The batches of a cycle's agreed ops and each fused batch's layout. Training
+        agrees the same ops step after step, so a plan is kept for when they come again."""
+        key = tuple(agreed)
+        plan = self._plans.get(key)
+        if plan is not None:
+            self._plans.move_to_end(key)
+            return plan
+        keys: list[tuple[fusion.BatchKey | None, int]] = []
+        counts = [a.elements for a in agreed]
+        for a, count in zip(agreed, counts, strict=True) if len(agreed) > 1 else ():
+            if a.kind == OpKind.ALLREDUCE:
+                keys.append((fusion.BatchKey(a.code, a.rop, a.prescale, a.postscale),
+                             count * a.dtype.itemsize))
+            else:
+                keys.append((None, 0))
+        batches = fusion.plan_batches(keys, self.threshold_bytes) if len(agreed) > 1 else \
+            [[0]] if agreed else []
+        limit = fusion.copy_limit(self.chunk_bytes, self.t.pieces_in_one_message)
+        plan = [(batch, layout(agreed[batch[0]].dtype, [counts[i] for i in batch], limit)
+                 if len(batch) > 1 else None) for batch in batches]
+        self._plans[key] = plan
+        if len(self._plans) > PLANS:
+            self._plans.popitem(last=False)
+        return plan
+
     # -- allreduce ------------------------------------------------------------------------
 
-    def _allreduce(self, members: list[Item], complete: Complete) -> None:
+    def _allreduce(self, members: list[Item], layout: Layout | None,
+                   complete: Complete) -> None:
         first = members[0][0]
         dtype, rop = first.dtype, ReduceOp(first.rop)
         results: list[np.ndarray | None] = [None] * len(members)    # each op's output
         pairs: list[fusion.Part] = []
-        copies: list[tuple[int, int, int]] = []      # (member, offset in buffer, count)
+        copies: list[int] = []      # members copied in (and out of) the fusion buffer
         buf = None
-        if len(members) == 1:
+        if layout is None:
             pairs.append(self._io(members[0]))
             results[0] = pairs[0][1]
         else:
             began = time.monotonic_ns()
-            limit = fusion.copy_limit(self.chunk_bytes, self.t.pieces_in_one_message)
-            small = [a.elements * dtype.itemsize < limit for a, _ in members]
-            buf = self.fusion.get(dtype, sum(a.elements for (a, _), s in zip(members, small,
-                                                                          strict=True) if s))
-            offset = 0
-            for index, (agreed, op) in enumerate(members):
-                if not small[index]:
-                    pairs.append(self._io(members[index]))
+            buf = self.fusion.get(dtype, layout.packed)
+            for index, offset in enumerate(layout.offsets):
+                item = members[index]
+                if offset < 0:
+                    pairs.append(self._io(item))
                     results[index] = pairs[-1][1]
                     continue
-                region = buf[offset:offset + agreed.elements]
+                op = item[1]
+                region = buf[offset:offset + layout.counts[index]]
                 if op is None:
                     region.fill(identity(rop, dtype))
                 else:
                     region[...] = op.src
-                    copies.append((index, offset, agreed.elements))
-                offset += agreed.elements
-            if len(buf):
+                    copies.append(index)
+            if layout.packed:
                 scale(buf, first.prescale)
                 pairs.insert(0, (buf, buf))
-            self._span([members[i] for i, _, _ in copies], "MEMCPY_IN_FUSION_BUFFER",
-                       began, time.monotonic_ns())
+            if self.timeline is not None:
+                self._span([members[i] for i in copies], "MEMCPY_IN_FUSION_BUFFER",
+                           began, time.monotonic_ns())
         self._reduce(members, fusion.Pieces(pairs), rop, first.postscale)
         if copies:
-            assert buf is not None
+            assert buf is not None and layout is not None
             began = time.monotonic_ns()
-            for index, offset, count in copies:
+            for index in copies:
                 op = members[index][1]
                 assert op is not None
+                offset, count = layout.offsets[index], layout.counts[index]
                 out = op.src if op.inplace else aligned_empty(count, dtype)
                 out[...] = buf[offset:offset + count]
                 results[index] = out
-            self._span([members[i] for i, _, _ in copies], "MEMCPY_OUT_FUSION_BUFFER",
-                       began, time.monotonic_ns())
+            if self.timeline is not None:
+                self._span([members[i] for i in copies], "MEMCPY_OUT_FUSION_BUFFER",
+                           began, time.monotonic_ns())
         for (_, op), result in zip(members, results, strict=True):
             if op is not None and result is not None:
-                complete(op, _deliver(op.arr, result, op.inplace))
+                complete(op, deliver(op, result))
 
     def _reduce(self, members: list[Item], pieces: fusion.Pieces, rop: ReduceOp,
                 postscale: float) -> None:

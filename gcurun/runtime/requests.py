@@ -28,6 +28,7 @@ CACHEABLE = (OpKind.ALLREDUCE, OpKind.ALLGATHER, OpKind.BROADCAST, OpKind.REDUCE
              OpKind.BARRIER)
 
 PENDING, AGREED, DONE = 0, 1, 2
+ALLREDUCE = int(OpKind.ALLREDUCE)
 _NOTHING = np.empty(0, np.uint8)
 # Orders an op's completion against a waiter arming its event (see Op.wait).
 _ARMING = threading.Lock()
@@ -69,9 +70,14 @@ class Op:
         self.position = -1              # its entry in the response cache, or -1
         self.sent = False               # its description went to the coordinator
         self.state = PENDING
-        self.key = match_key(kind, self.code, agreed_shape(kind, self.shape), rop, root,
-                             self.prescale, self.postscale,
-                             self.shape[0] if kind == OpKind.ALLGATHER and self.shape else -1)
+        if kind is OpKind.ALLREDUCE:        # the usual op, its key written out flat
+            self.key = (ALLREDUCE, self.code, self.shape, rop, root, self.prescale,
+                        self.postscale, -1)
+        else:
+            self.key = match_key(kind, self.code, agreed_shape(kind, self.shape), rop, root,
+                                 self.prescale, self.postscale,
+                                 self.shape[0] if kind == OpKind.ALLGATHER and self.shape
+                                 else -1)
 
     @property
     def title(self) -> str:
@@ -132,6 +138,9 @@ class Agreed(NamedTuple):
 
     def key_for(self, rank: int) -> tuple:
         """What ``rank``'s op must match to use this agreement (see :attr:`Op.key`)."""
+        if self.kind == ALLREDUCE:          # checked for every pending op every cycle
+            return (ALLREDUCE, self.code, self.shape, self.rop, self.root, self.prescale,
+                    self.postscale, -1)
         rows = self.rows[rank] if self.rows is not None else -1
         return match_key(OpKind(self.kind), self.code, self.shape, self.rop, self.root,
                          self.prescale, self.postscale, rows)
