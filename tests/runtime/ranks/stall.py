@@ -1,6 +1,6 @@
 """Rank script: rank ``argv[2]`` never joins the collective; the others must raise within
-GCURUN_TIMEOUT_SECONDS. The stalled rank waits for the others' marker files in
-``argv[1]`` (with a deadline), then leaves."""
+GCURUN_TIMEOUT_SECONDS. Every rank waits for the raising ranks' marker files in
+``argv[1]`` (with a deadline) before it shuts down."""
 
 from __future__ import annotations
 
@@ -34,6 +34,12 @@ def main() -> None:
             print(f"rank {rank} raised {type(exc).__name__} after {waited:.1f} s: {exc}"
                   .replace("\n", " "), flush=True)
         (markers / f"rank-{rank}.done").touch()
+        # Shut down only once every other waiting rank has raised too: a shutdown seen
+        # first would fail their op for that reason instead of their own timeout.
+        deadline = time.monotonic() + 60
+        others = [markers / f"rank-{r}.done" for r in range(size) if r != stalled]
+        while not all(p.exists() for p in others) and time.monotonic() < deadline:
+            time.sleep(0.05)
     hvd.shutdown()
 
 
