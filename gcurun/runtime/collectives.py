@@ -45,6 +45,35 @@ from gcurun.runtime.negotiate import (
 GATHER_REDUCE_BYTES = 64 << 10
 
 
+class Scratch:
+    """The reusable receive buffers of one communicator (or engine): a ring chunk per
+    dtype, on huge pages, and, made on first use, room to gather every rank's small
+    tensor (:func:`gcurun.runtime.algorithms.gather_allreduce`)."""
+
+    def __init__(self, chunk_bytes: int, size: int):
+        self.chunk_bytes = chunk_bytes
+        self.size = size
+        self._chunks: dict[np.dtype, np.ndarray] = {}
+        self._gather: np.ndarray | None = None
+
+    def chunk_len(self, dtype: np.dtype) -> int:
+        """Elements of ``dtype`` in one ring chunk."""
+        return max(1, self.chunk_bytes // max(dtype.itemsize, 1))
+
+    def chunk(self, dtype: np.dtype) -> np.ndarray:
+        """A receive buffer of one chunk of ``dtype``."""
+        chunk = self._chunks.get(dtype)
+        if chunk is None:
+            chunk = self._chunks[dtype] = aligned_empty(self.chunk_len(dtype), dtype)
+        return chunk
+
+    def gather(self) -> np.ndarray:
+        """Room for gather_allreduce of up to GATHER_REDUCE_BYTES."""
+        if self._gather is None:
+            self._gather = np.empty(2 * self.size * GATHER_REDUCE_BYTES, np.uint8)
+        return self._gather
+
+
 class _Guard:
     __slots__ = ("comm", "request")
 
@@ -103,14 +132,13 @@ class Communicator:
         self.size = transport.size
         self.chunk_bytes = chunk_bytes
         self.negotiator = Negotiator(transport, chunk_bytes)
-        self._chunks: dict[np.dtype, np.ndarray] = {}
+        self.scratch = Scratch(chunk_bytes, self.size)
         self._lock = threading.Lock()
         self._failure: str | None = None
         self._prepared: dict[tuple, _Prepared] = {}
         # By name, the allreduce of the name's last tiny signature (_inline_allreduce).
         self._inline: dict[str | None, Callable[..., np.ndarray]] = {}
         self._general = self._allreduce        # bound once: every tiny call may need it
-        self._scratch: np.ndarray | None = None
 
     # -- reductions ---------------------------------------------------------------------
 
@@ -153,9 +181,9 @@ class Communicator:
                 blocks = [agreement.inline(i, arr.dtype, len(src)) for i in range(self.size)]
                 alg.reduce_blocks(ufunc, blocks, out)
             elif src.nbytes <= GATHER_REDUCE_BYTES:
-                alg.gather_allreduce(self.transport, src, out, ufunc, self._gather_scratch())
+                alg.gather_allreduce(self.transport, src, out, ufunc, self.scratch.gather())
             else:
-                alg.ring_allreduce(self.transport, src, out, ufunc, self._chunk(arr.dtype))
+                alg.ring_allreduce(self.transport, src, out, ufunc, self.scratch.chunk(arr.dtype))
         _finish_reduction(out, op, self.size, postscale_factor)
         return _deliver(arr, out, inplace)
 
@@ -181,7 +209,7 @@ class Communicator:
             self.negotiator.negotiate(request)
             scratch = np.empty(max(counts), arr.dtype)
             alg.reduce_scatter(self.transport, src, counts, out.reshape(-1), UFUNCS[op],
-                               self._chunk(arr.dtype), scratch)
+                               self.scratch.chunk(arr.dtype), scratch)
         _finish_reduction(out, op, self.size, postscale_factor)
         return out
 
@@ -293,11 +321,11 @@ class Communicator:
                     out = tensor if inplace else aligned_empty(tensor.size, tensor.dtype
                                                                ).reshape(tensor.shape)
                     alg.ring_allreduce(self.transport, tensor.reshape(-1), out.reshape(-1),
-                                       plan.ufunc, self._chunk(tensor.dtype))
+                                       plan.ufunc, self.scratch.chunk(tensor.dtype))
                 elif not views:
                     out = tensor if inplace else np.empty_like(tensor)
                     alg.gather_allreduce(self.transport, tensor.reshape(-1), out.reshape(-1),
-                                         plan.ufunc, self._gather_scratch())
+                                         plan.ufunc, self.scratch.gather())
             except (PeerFailureError, CollectiveTimeout) as exc:
                 raise self._failed(exc, plan.request) from None
             if views:
@@ -360,7 +388,7 @@ class Communicator:
                 if not is_root:
                     flat[...] = agreement.inline(root_rank, arr.dtype, len(flat))
             else:
-                alg.broadcast(self.transport, flat, root_rank, self._chunk_len(arr.dtype))
+                alg.broadcast(self.transport, flat, root_rank, self.scratch.chunk_len(arr.dtype))
         return _deliver(arr, flat, inplace)
 
     def alltoall(self, tensor: Any, splits: Sequence[int] | np.ndarray | None = None,
@@ -460,22 +488,6 @@ class Communicator:
         return PeerFailureError(f"{title(request.kind, request.name)}: the job failed earlier "
                                 f"({self._failure}); call shutdown() and init() to start "
                                 "again")
-
-    def _gather_scratch(self) -> np.ndarray:
-        """Room for gather_allreduce of up to GATHER_REDUCE_BYTES."""
-        if self._scratch is None:
-            self._scratch = np.empty(2 * self.size * GATHER_REDUCE_BYTES, np.uint8)
-        return self._scratch
-
-    def _chunk_len(self, dtype: np.dtype) -> int:
-        return max(1, self.chunk_bytes // max(dtype.itemsize, 1))
-
-    def _chunk(self, dtype: np.dtype) -> np.ndarray:
-        """A reusable receive buffer of one chunk of ``dtype``."""
-        chunk = self._chunks.get(dtype)
-        if chunk is None:
-            chunk = self._chunks[dtype] = aligned_empty(self._chunk_len(dtype), dtype)
-        return chunk
 
     def _root_error(self, root: int) -> str | None:
         if isinstance(root, (int, np.integer)) and 0 <= root < self.size:

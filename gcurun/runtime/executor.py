@@ -19,7 +19,7 @@ import numpy as np
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime import fusion
 from gcurun.runtime.api import ReduceOp, Transport
-from gcurun.runtime.collectives import GATHER_REDUCE_BYTES, _deliver, _finish_reduction
+from gcurun.runtime.collectives import GATHER_REDUCE_BYTES, Scratch, _deliver, _finish_reduction
 from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale
 from gcurun.runtime.negotiate import OpKind
 from gcurun.runtime.pages import HugePages
@@ -97,8 +97,7 @@ class Executor:
         # Peers read the tensors not copied into the fusion buffer where they lie: give
         # the memory under them huge pages.
         self.pages = HugePages(huge_pages and transport.size > 1)
-        self._chunks: dict[np.dtype, np.ndarray] = {}
-        self._scratch = np.empty(2 * self.size * GATHER_REDUCE_BYTES, np.uint8)
+        self.scratch = Scratch(chunk_bytes, self.size)
         # batches run, and ops that ran in a batch of more than one
         self.stats = {"batches": 0, "fused": 0}
         self._plans: OrderedDict[tuple[Agreed, ...],
@@ -212,7 +211,7 @@ class Executor:
         if len(pieces.pairs) == 1 and size > 1 and \
                 pieces.total * dtype.itemsize <= GATHER_REDUCE_BYTES:
             src, out = pieces.pairs[0]
-            alg.gather_allreduce(self.t, src, out, UFUNCS[rop], self._scratch)
+            alg.gather_allreduce(self.t, src, out, UFUNCS[rop], self.scratch.gather())
             if finish is not None:
                 finish(out)
             self._span(members, "GATHER_REDUCE", began, time.monotonic_ns())
@@ -225,7 +224,7 @@ class Executor:
             else:
                 self._span(members, name, marks[name], time.monotonic_ns())
 
-        fusion.ring_allreduce(self.t, pieces, UFUNCS[rop], self._chunk(dtype),
+        fusion.ring_allreduce(self.t, pieces, UFUNCS[rop], self.scratch.chunk(dtype),
                               phase if self.timeline is not None else None, finish)
 
     def _io(self, item: Item) -> fusion.Part:
@@ -286,7 +285,7 @@ class Executor:
             flat = op.src.copy()
         else:
             flat = np.empty(len(op.src), agreed.dtype)
-        alg.broadcast(self.t, flat, agreed.root, self._chunk_len(agreed.dtype))
+        alg.broadcast(self.t, flat, agreed.root, self.scratch.chunk_len(agreed.dtype))
         return None if op is None else _deliver(op.arr, flat, op.inplace)
 
     def _alltoall(self, agreed: Agreed, op: Op | None) -> tuple[np.ndarray, np.ndarray]:
@@ -316,20 +315,11 @@ class Executor:
         counts = [n * row for n in rows]
         out = np.empty((rows[self.rank],) + shape[1:], dtype)
         alg.reduce_scatter(self.t, src, counts, out.reshape(-1), UFUNCS[rop],
-                           self._chunk(dtype), np.empty(max(counts), dtype))
+                           self.scratch.chunk(dtype), np.empty(max(counts), dtype))
         _finish_reduction(out, rop, self.size, agreed.postscale)
         return out
 
     # -- plumbing -------------------------------------------------------------------------
-
-    def _chunk_len(self, dtype: np.dtype) -> int:
-        return max(1, self.chunk_bytes // max(dtype.itemsize, 1))
-
-    def _chunk(self, dtype: np.dtype) -> np.ndarray:
-        chunk = self._chunks.get(dtype)
-        if chunk is None:
-            chunk = self._chunks[dtype] = aligned_empty(self._chunk_len(dtype), dtype)
-        return chunk
 
     def _queued(self, members: list[Item], ready_ns: int, start_ns: int) -> None:
         self._span(members, "QUEUE", ready_ns, start_ns)
