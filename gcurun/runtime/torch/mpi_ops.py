@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import gcurun.runtime as runtime
-from gcurun.runtime.api import ReduceOp
+from gcurun.runtime.ops import Adasum, Average, Max, Min, Product, Sum
 from gcurun.runtime.torch import adasum
 from gcurun.runtime.torch.compression import Compression, Compressor
 from gcurun.runtime.torch.handles import Combined, poll, register, synchronize
@@ -34,12 +34,6 @@ __all__ = [
     "reducescatter_async", "sparse_allreduce_async", "synchronize",
 ]
 
-Average = ReduceOp.AVERAGE
-Sum = ReduceOp.SUM
-Adasum = ReduceOp.ADASUM
-Min = ReduceOp.MIN
-Max = ReduceOp.MAX
-Product = ReduceOp.PRODUCT
 
 Tensors = Sequence[torch.Tensor]
 
