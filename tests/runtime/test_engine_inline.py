@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import queue
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from gcurun.runtime.async_ops import EngineCommunicator
 from gcurun.runtime.engine import AUTO_NAMES, Engine, start_engine
 from gcurun.runtime.env import RuntimeEnv
 from tests.runtime.engines import run_engines
-from tests.runtime.threads import QueueTransport
+from tests.runtime.threads import QueueTransport, in_threads
 
 
 def data_messages(engine: Engine, since: int) -> list[int]:
@@ -224,11 +223,7 @@ def test_a_transport_failure_in_a_quick_cycle_fails_the_op_and_the_engine(
         got = EngineCommunicator(engine).allreduce(np.ones(2), ReduceOp.SUM, name="w")
         assert got.tolist() == [2, 2]
 
-    threads = [threading.Thread(target=warm, args=(r,), daemon=True) for r in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
+    in_threads(2, warm, 10)
     assert engines[0] is not None and engines[1] is not None
     engine, comm = engines[0], EngineCommunicator(engines[0])
     try:

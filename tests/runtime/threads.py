@@ -64,22 +64,26 @@ class QueueTransport:
         pass
 
 
-def run_ranks(size: int, body: Callable[[Communicator], Any], chunk_bytes: int = 64,
-              timeout: float = 30.0) -> list[Any]:
-    """Run ``body(communicator)`` on ``size`` thread ranks; return their results in rank
-    order, re-raising the first exception a rank raised."""
-    queues = {(a, b): queue.Queue() for a in range(size) for b in range(size)}
+def transports(size: int) -> list[QueueTransport]:
+    """The transports of ``size`` thread ranks, joined by one queue per pair."""
+    queues: dict[tuple[int, int], queue.Queue] = {
+        (a, b): queue.Queue() for a in range(size) for b in range(size)}
+    return [QueueTransport(r, size, queues) for r in range(size)]
+
+
+def in_threads(size: int, rank_main: Callable[[int], Any], timeout: float) -> list[Any]:
+    """``rank_main(rank)`` on a thread per rank; their results in rank order, re-raising
+    the first exception a rank raised. Every rank must finish within ``timeout``."""
     results: list[Any] = [None] * size
     errors: list[BaseException | None] = [None] * size
 
-    def rank_main(rank: int) -> None:
+    def run(rank: int) -> None:
         try:
-            comm = Communicator(QueueTransport(rank, size, queues), chunk_bytes)
-            results[rank] = body(comm)
+            results[rank] = rank_main(rank)
         except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             errors[rank] = exc
 
-    threads = [threading.Thread(target=rank_main, args=(r,), daemon=True) for r in range(size)]
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(size)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -89,3 +93,11 @@ def run_ranks(size: int, body: Callable[[Communicator], Any], chunk_bytes: int =
         if error is not None:
             raise error
     return results
+
+
+def run_ranks(size: int, body: Callable[[Communicator], Any], chunk_bytes: int = 64,
+              timeout: float = 30.0) -> list[Any]:
+    """Run ``body(communicator)`` on ``size`` thread ranks; return their results in rank
+    order, re-raising the first exception a rank raised."""
+    ranks = transports(size)
+    return in_threads(size, lambda rank: body(Communicator(ranks[rank], chunk_bytes)), timeout)
