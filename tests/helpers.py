@@ -16,6 +16,18 @@ ROOT = Path(__file__).resolve().parent.parent
 RANKS = ROOT / "tests" / "ranks"
 
 
+class Tally:
+    """A rank script's checks: each passed check counts; a failed one names the rank."""
+
+    def __init__(self, rank: int, size: int):
+        self.rank, self.size = rank, size
+        self.count = 0
+
+    def ok(self, condition: bool, what: str) -> None:
+        assert condition, f"rank {self.rank}/{self.size}: {what}"
+        self.count += 1
+
+
 def wait_for(what: str, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     """Poll ``predicate`` until true; fail the test naming ``what`` at the deadline."""
     deadline = time.monotonic() + timeout

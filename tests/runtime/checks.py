@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.helpers import Tally
+
 DTYPES = [np.dtype(t) for t in (
     np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
     np.uint64, np.float16, np.float32, np.float64, np.longdouble, np.complex64,
@@ -22,14 +24,13 @@ NUMERIC = [d for d in DTYPES if d.kind != "b"]
 FLOATS = [d for d in DTYPES if d.kind == "f"]
 
 
-class Checks:
+class Checks(Tally):
     def __init__(self, hvd: Any, lengths: tuple[int, ...] = (0, 1, 5, 13, 1001),
                  big: int = 70001):
+        super().__init__(hvd.rank(), hvd.size())
         self.hvd = hvd
-        self.rank, self.size = hvd.rank(), hvd.size()
         self.lengths = lengths
         self.big = big
-        self.count = 0
 
     # -- data ------------------------------------------------------------------------------
 
@@ -49,10 +50,6 @@ class Checks:
         if dtype.kind == "b":
             return (i + rank) % 4 != 0
         return ((i + rank) % 2 + 1).astype(dtype)
-
-    def ok(self, condition: bool, what: str) -> None:
-        assert condition, f"rank {self.rank}/{self.size}: {what}"
-        self.count += 1
 
     def equal(self, got: np.ndarray, want: np.ndarray, what: str) -> None:
         self.ok(got.dtype == want.dtype and got.shape == want.shape

@@ -13,19 +13,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import gcurun.runtime.torch as hvd  # noqa: E402
+from tests.helpers import Tally  # noqa: E402
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
           torch.int32, torch.int8, torch.uint8]
 
 
-class Checks:
+class Checks(Tally):
     def __init__(self) -> None:
-        self.rank, self.size = hvd.rank(), hvd.size()
-        self.count = 0
-
-    def ok(self, condition: bool, what: str) -> None:
-        assert condition, f"rank {self.rank}/{self.size}: {what}"
-        self.count += 1
+        super().__init__(hvd.rank(), hvd.size())
 
     def equal(self, got: torch.Tensor, want: torch.Tensor, what: str) -> None:
         self.ok(isinstance(got, torch.Tensor) and got.dtype == want.dtype

@@ -24,6 +24,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import gcurun.runtime.torch as hvd  # noqa: E402
+from tests.helpers import Tally  # noqa: E402
 
 BATCH = 8          # global batch of one backward pass
 STEPS = 4
@@ -58,14 +59,9 @@ def shard(t: torch.Tensor, rank: int, size: int) -> torch.Tensor:
     return t[rank * per:(rank + 1) * per]
 
 
-class Trainer:
+class Trainer(Tally):
     def __init__(self) -> None:
-        self.rank, self.size = hvd.rank(), hvd.size()
-        self.count = 0
-
-    def ok(self, condition: bool, what: str) -> None:
-        assert condition, f"rank {self.rank}/{self.size}: {what}"
-        self.count += 1
+        super().__init__(hvd.rank(), hvd.size())
 
     def same_everywhere(self, model: nn.Module, what: str) -> None:
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
