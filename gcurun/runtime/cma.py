@@ -84,9 +84,7 @@ class CrossMemory:
             remote.base, remote.length = remote_addr + done, nbytes - done
             got = _READV(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
             if got <= 0:
-                errno = ctypes.get_errno()
-                raise OSError(errno, f"process_vm_readv from pid {pid}: "
-                                     f"{os.strerror(errno) if errno else 'no progress'}")
+                raise _read_error(pid)
             done += got
 
     def read_parts(self, pid: int, local: list[Extent], remote: list[Extent]) -> None:
@@ -108,11 +106,16 @@ class CrossMemory:
                 riov[k].base, riov[k].length = addr + skip, length - skip
             got = _READV(pid, liov, lcount, riov, rcount, 0)
             if got <= 0:
-                errno = ctypes.get_errno()
-                raise OSError(errno, f"process_vm_readv from pid {pid}: "
-                                     f"{os.strerror(errno) if errno else 'no progress'}")
+                raise _read_error(pid)
             li, l_done = _advance(local, li, l_done, got)
             ri, r_done = _advance(remote, ri, r_done, got)
+
+
+def _read_error(pid: int) -> OSError:
+    """The error of a read from ``pid`` that moved nothing."""
+    errno = ctypes.get_errno()
+    return OSError(errno, f"process_vm_readv from pid {pid}: "
+                          f"{os.strerror(errno) if errno else 'no progress'}")
 
 
 def _advance(extents: list[Extent], index: int, done: int, count: int) -> tuple[int, int]:
