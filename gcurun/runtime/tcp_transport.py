@@ -71,6 +71,8 @@ class TCPTransport:
         self._client = RendezvousClient(rendezvous, secret, timeout, self._aborted_by)
         self._rings = rings and shm.available()
         self._links: dict[int, Link] = {}
+        # Per same-host peer that reads us and that we read: a large exchange, fast.
+        self._swaps: dict[int, Callable[[Buffer, Buffer], bool]] = {}
         self._ready = threading.Condition()
         self._peers: list[dict] | None = None
         self._abort: str | None = None
@@ -189,6 +191,8 @@ class TCPTransport:
             if link.peer in self._links or self._closing:
                 link.close()
                 return
+            if link.channel is not None and link.pull and link.pushed:
+                self._swaps[link.peer] = self._swapper(link)
             self._links[link.peer] = link
             self._ready.notify_all()
 
@@ -257,6 +261,11 @@ class TCPTransport:
         self._transfer((), source, (buf,), source)
 
     def sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int) -> None:
+        if dest == source and sendbuf.nbytes >= CMA_MIN_BYTES \
+                and recvbuf.nbytes >= CMA_MIN_BYTES:
+            swap = self._swaps.get(dest)
+            if swap is not None and swap(sendbuf, recvbuf):
+                return
         self._transfer((sendbuf,), dest, (recvbuf,), source)
 
     def sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
@@ -337,40 +346,98 @@ class TCPTransport:
 
     def _expect_descriptor(self, link: Link, recvbufs: list[Buffer], nbytes: int) -> None:
         """Queue the receipt of a large message as a descriptor of where it lies in the
-        peer: one extent, or a count and then the list of extents."""
+        peer, its reading, and the acknowledgement that frees the peer's buffer."""
         descriptor = bytearray(DESCRIPTOR.size)
 
-        def pull(remote: list[Extent]) -> None:
-            try:
-                if len(remote) == 1 and len(recvbufs) == 1:
-                    self._cma.read(link.pid, address_of(recvbufs[0]), remote[0][0], nbytes)
-                else:
-                    self._cma.read_parts(link.pid, [(address_of(buf), buf.nbytes)
-                                                    for buf in recvbufs], remote)
-            except OSError as exc:
-                raise self._failure(link.peer, f"its memory cannot be read ({exc})") from None
+        def acknowledge() -> None:
             link.sends.append([ACK, 0, None])
-
-        def check(remote: list[Extent]) -> list[Extent]:
-            total = sum(length for _, length in remote)
-            if total != nbytes:
-                raise self._failure(link.peer, f"sent {total} bytes where {nbytes} were "
-                                               "expected (protocol error)")
-            return remote
 
         def header() -> None:
             address, length = DESCRIPTOR.unpack(descriptor)
-            if address:
-                pull(check([(address, length)]))
-                return
-            if not 0 < length <= MAX_EXTENTS:
-                raise self._failure(link.peer, f"announced {length} pieces (protocol error)")
-            table = bytearray(length * DESCRIPTOR.size)
-            # The list follows the header at once: read it before anything else queued.
-            link.recvs.insert(0, [memoryview(table), 0,
-                                  lambda: pull(check(list(DESCRIPTOR.iter_unpack(table))))])
+            self._on_descriptor(link, recvbufs, nbytes, address, length, acknowledge)
 
         link.recvs.append([memoryview(descriptor), 0, header])
+
+    def _on_descriptor(self, link: Link, recvbufs: list[Buffer], nbytes: int, address: int,
+                       length: int, then: Callable[[], None]) -> None:
+        """Read the message a descriptor announced: one extent at ``address``, or (address
+        0) ``length`` extents whose list follows the descriptor at once, in which case the
+        read waits for the list. ``then()`` runs after the read."""
+        if address:
+            self._pull(link, recvbufs, nbytes, [(address, length)])
+            then()
+            return
+        if not 0 < length <= MAX_EXTENTS:
+            raise self._failure(link.peer, f"announced {length} pieces (protocol error)")
+        table = bytearray(length * DESCRIPTOR.size)
+
+        def listed() -> None:
+            self._pull(link, recvbufs, nbytes, list(DESCRIPTOR.iter_unpack(table)))
+            then()
+
+        # The list follows the header at once: read it before anything else queued.
+        link.recvs.insert(0, [memoryview(table), 0, listed])
+
+    def _pull(self, link: Link, recvbufs: list[Buffer], nbytes: int,
+              remote: list[Extent]) -> None:
+        """Copy the peer's ``remote`` extents into ``recvbufs`` (``nbytes`` in all)."""
+        total = sum(length for _, length in remote) if len(remote) > 1 else remote[0][1]
+        if total != nbytes:
+            raise self._failure(link.peer, f"sent {total} bytes where {nbytes} were "
+                                           "expected (protocol error)")
+        try:
+            if len(remote) == 1 and len(recvbufs) == 1:
+                self._cma.read(link.pid, address_of(recvbufs[0]), remote[0][0], nbytes)
+            else:
+                self._cma.read_parts(link.pid, [(address_of(buf), buf.nbytes)
+                                                for buf in recvbufs], remote)
+        except OSError as exc:
+            raise self._failure(link.peer, f"its memory cannot be read ({exc})") from None
+
+    def _swapper(self, link: Link) -> Callable[[Buffer, Buffer], bool]:
+        """The exchange of two large single buffers with a same-host peer that reads us
+        and that we read, written out: the descriptors cross through the rings in one
+        step (:meth:`shm.Channel.exchanger`), each side copies the other's buffer, and
+        the acknowledgements cross in another step; where a step finds its message not
+        there yet, the general machinery waits for it. The messages are the general
+        path's, so a peer on either path understands them. The function returns False,
+        having done nothing, when the link is busy or its ring lacks room."""
+        channel, mover = link.channel, self._mover
+        assert channel is not None
+        doorbell = partial(mover.ring_doorbell, link)
+        mine, theirs = bytearray(DESCRIPTOR.size), bytearray(DESCRIPTOR.size)
+        their_view, acked = memoryview(theirs), memoryview(bytearray(1))
+        swap_descriptors = channel.exchanger(memoryview(mine), their_view, doorbell,
+                                             FAST_READS)
+        swap_acks = channel.exchanger(memoryview(ACK), acked, doorbell, FAST_READS)
+        pack_into, unpack = DESCRIPTOR.pack_into, DESCRIPTOR.unpack
+
+        def nothing() -> None:
+            pass
+
+        def run(sendbuf: Buffer, recvbuf: Buffer) -> bool:
+            if link.sends or link.recvs or self._closing:
+                return False
+            pack_into(mine, 0, address_of(sendbuf), sendbuf.nbytes)
+            got = swap_descriptors()
+            if got < 0:
+                return False
+            if got == 0:
+                link.recvs.append([their_view, 0, None])
+                mover.progress([link])
+            address, length = unpack(theirs)
+            self._on_descriptor(link, [recvbuf], recvbuf.nbytes, address, length, nothing)
+            if link.recvs:          # a list of extents is on its way
+                mover.progress([link])
+            got = swap_acks()
+            if got <= 0:
+                if got < 0:
+                    link.sends.append([ACK, 0, None])
+                link.recvs.append([acked, 0, None])
+                mover.progress([link])
+            return True
+
+        return run
 
     def _failure(self, peer: int, what: str) -> PeerFailureError:
         """The error for a broken link to ``peer``. A peer's connection usually breaks
@@ -416,6 +483,7 @@ class TCPTransport:
             self._acceptor.join(timeout=2)
         with self._ready:
             links, self._links = list(self._links.values()), {}
+            self._swaps.clear()
             self._ready.notify_all()
         for link in links:
             link.close()

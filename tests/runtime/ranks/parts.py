@@ -5,7 +5,11 @@ own way (some empty, each a separate allocation, like a model's tensors), and re
 its left neighbour's message into pieces cut as that neighbour cuts it: small messages
 (through the rings or sockets) and large ones (single-copy reads), one piece or more
 than one system call takes. The mpi transport then runs again with messages limited to
-4 KiB, so that large pieces go as several messages. Prints one line per rank."""
+4 KiB, so that large pieces go as several messages. Last, on tcp, both sides or one side
+of each exchange send and receive single buffers, the other pieces: between two
+ranks that read each other, the single side takes the quick large exchange
+(``TCPTransport._swapper``), which must understand a peer on the general path and a
+list of extents. Prints one line per rank, with how many exchanges took the quick way."""
 
 from __future__ import annotations
 
@@ -43,6 +47,37 @@ def exchange(t: object, rank: int, size: int, index: int, nbytes: int, pieces: i
     assert np.array_equal(got, pattern(left, nbytes)), (type(t).__name__, nbytes, pieces)
 
 
+def mixed(t: object, rank: int, size: int, index: int, nbytes: int, pieces: int) -> None:
+    right, left = (rank + 1) % size, (rank - 1) % size
+    rng = np.random.default_rng([rank, index, 1])
+    mode = index % 3            # both sides single; the even ranks alone; the odd ones
+    if mode == 0 or mode - 1 == rank % 2:
+        got = np.zeros(nbytes, np.uint8)
+        t.sendrecv(pattern(rank, nbytes), right, got, left)  # type: ignore[attr-defined]
+    else:
+        recvs = cut(np.zeros(nbytes, np.uint8), pieces, rng)
+        t.sendrecv_parts(cut(pattern(rank, nbytes), pieces, rng), right,  # type: ignore[attr-defined]
+                         recvs, left)
+        got = np.concatenate(recvs)
+    assert np.array_equal(got, pattern(left, nbytes)), ("mixed", nbytes, pieces)
+
+
+def counting(swaps: dict) -> list[int]:
+    """Count the exchanges that each quick large exchange of ``swaps`` completed."""
+    done = [0]
+
+    def counted(swap):  # type: ignore[no-untyped-def]
+        def run(sendbuf, recvbuf):  # type: ignore[no-untyped-def]
+            completed = swap(sendbuf, recvbuf)
+            done[0] += completed
+            return completed
+        return run
+
+    for peer, swap in list(swaps.items()):
+        swaps[peer] = counted(swap)
+    return done
+
+
 def main() -> None:
     job = open_job(read_runtime_env(), ["mpi", "tcp"])
     rank, size = job.rank, job.size
@@ -52,13 +87,19 @@ def main() -> None:
         for index, (nbytes, pieces) in enumerate(cases):
             exchange(comm.transport, rank, size, index, nbytes, pieces)
             checked += 1
+    tcp = job.communicators["tcp"].transport
+    quick = counting(tcp._swaps)  # type: ignore[attr-defined]
+    for index, (nbytes, pieces) in enumerate(CASES):
+        mixed(tcp, rank, size, index, nbytes, max(pieces, 3))
+        checked += 1
     mpi_transport.PIECE_BYTES = 4096
     for index, (nbytes, pieces) in enumerate(CASES):
         exchange(job.communicators["mpi"].transport, rank, size, index, nbytes, pieces)
         checked += 1
     for close in job.closers:
         close()
-    print(f"rank {rank} of {size} parts ok: {checked} exchanges", flush=True)
+    print(f"rank {rank} of {size} parts ok: {checked} exchanges, {quick[0]} quick",
+          flush=True)
 
 
 if __name__ == "__main__":
