@@ -85,6 +85,17 @@ def ring_allreduce(t: Transport, send: np.ndarray, out: np.ndarray, ufunc: np.uf
         if out is not send:
             out[...] = send
         return
+    if t.size == 2 and len(send) <= 2 * len(tmp):
+        # The same two messages as the general ring below, without its bookkeeping (it
+        # is a noticeable part of a 4 MiB allreduce's time).
+        peer, half = 1 - t.rank, (len(send) + 1) // 2
+        mine, theirs = (slice(0, half), slice(half, None)) if peer else \
+            (slice(half, None), slice(0, half))
+        incoming = tmp[:half if peer else len(send) - half]
+        t.sendrecv(send[theirs], peer, incoming, peer)
+        ufunc(send[mine], incoming, out=out[mine])
+        t.sendrecv(out[mine], peer, out[theirs], peer)
+        return
     segments = to_segments(even_counts(len(send), t.size))
 
     def acc_of(index: int) -> np.ndarray:
