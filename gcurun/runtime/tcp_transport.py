@@ -72,7 +72,7 @@ class TCPTransport:
         self._rings = rings and shm.available()
         self._links: dict[int, Link] = {}
         # Per same-host peer that reads us and that we read: a large exchange, fast.
-        self._swaps: dict[int, Callable[[Buffer, Buffer], bool]] = {}
+        self._swaps: dict[int, Callable[[Sequence[Buffer], Sequence[Buffer], int], bool]] = {}
         self._ready = threading.Condition()
         self._peers: list[dict] | None = None
         self._abort: str | None = None
@@ -264,7 +264,7 @@ class TCPTransport:
         if dest == source and sendbuf.nbytes >= CMA_MIN_BYTES \
                 and recvbuf.nbytes >= CMA_MIN_BYTES:
             swap = self._swaps.get(dest)
-            if swap is not None and swap(sendbuf, recvbuf):
+            if swap is not None and swap((sendbuf,), (recvbuf,), recvbuf.nbytes):
                 return
         self._transfer((sendbuf,), dest, (recvbuf,), source)
 
@@ -277,6 +277,15 @@ class TCPTransport:
         if len(sendbufs) > MAX_EXTENTS:         # more than a descriptor may list: one copy
             sendbufs = [np.concatenate([np.frombuffer(memoryview(buf).cast("B"), np.uint8)
                                         for buf in sendbufs])]
+        if dest == source:
+            swap = self._swaps.get(dest)
+            if swap is not None:
+                sends = [buf for buf in sendbufs if buf.nbytes]
+                recvs = [buf for buf in recvbufs if buf.nbytes]
+                recv_bytes = sum(buf.nbytes for buf in recvs)
+                if recv_bytes >= CMA_MIN_BYTES and sum(buf.nbytes for buf in sends) \
+                        >= CMA_MIN_BYTES and swap(sends, recvs, recv_bytes):
+                    return
         self._transfer(sendbufs, dest, recvbufs, source)
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
@@ -394,39 +403,45 @@ class TCPTransport:
         except OSError as exc:
             raise self._failure(link.peer, f"its memory cannot be read ({exc})") from None
 
-    def _swapper(self, link: Link) -> Callable[[Buffer, Buffer], bool]:
-        """The exchange of two large single buffers with a same-host peer that reads us
-        and that we read, written out: the descriptors cross through the rings in one
-        step (:meth:`shm.Channel.exchanger`), each side copies the other's buffer, and
-        the acknowledgements cross in another step; where a step finds its message not
-        there yet, the general machinery waits for it. The messages are the general
-        path's, so a peer on either path understands them. The function returns False,
-        having done nothing, when the link is busy or its ring lacks room."""
+    def _swapper(self, link: Link) -> Callable[[Sequence[Buffer], Sequence[Buffer], int],
+                                                bool]:
+        """The exchange of two large messages with a same-host peer that reads us and
+        that we read, written out: the descriptors cross through the rings in one step
+        (:meth:`shm.Channel.exchanger`), each side copies the other's pieces, and the
+        acknowledgements cross in another step; where a step finds its message not there
+        yet, the general machinery waits for it. The messages are the general path's, so
+        a peer on either path understands them. The function takes the non-empty pieces
+        to send and to receive into (``nbytes`` in all), and returns False, having done
+        nothing, when the link is busy or its ring lacks room."""
         channel, mover = link.channel, self._mover
         assert channel is not None
         doorbell = partial(mover.ring_doorbell, link)
         mine, theirs = bytearray(DESCRIPTOR.size), bytearray(DESCRIPTOR.size)
         their_view, acked = memoryview(theirs), memoryview(bytearray(1))
-        swap_descriptors = channel.exchanger(memoryview(mine), their_view, doorbell,
-                                             FAST_READS)
+        swap_one = channel.exchanger(memoryview(mine), their_view, doorbell, FAST_READS)
         swap_acks = channel.exchanger(memoryview(ACK), acked, doorbell, FAST_READS)
         pack_into, unpack = DESCRIPTOR.pack_into, DESCRIPTOR.unpack
 
         def nothing() -> None:
             pass
 
-        def run(sendbuf: Buffer, recvbuf: Buffer) -> bool:
+        def run(sendbufs: Sequence[Buffer], recvbufs: Sequence[Buffer], nbytes: int) -> bool:
             if link.sends or link.recvs or self._closing:
                 return False
-            pack_into(mine, 0, address_of(sendbuf), sendbuf.nbytes)
-            got = swap_descriptors()
+            if len(sendbufs) == 1:
+                pack_into(mine, 0, address_of(sendbufs[0]), sendbufs[0].nbytes)
+                swap = swap_one
+            else:       # a count and the list of extents, one message
+                swap = channel.exchanger(memoryview(_describe(list(sendbufs))), their_view,
+                                         doorbell, FAST_READS)
+            got = swap()
             if got < 0:
                 return False
             if got == 0:
                 link.recvs.append([their_view, 0, None])
                 mover.progress([link])
             address, length = unpack(theirs)
-            self._on_descriptor(link, [recvbuf], recvbuf.nbytes, address, length, nothing)
+            self._on_descriptor(link, list(recvbufs), nbytes, address, length, nothing)
             if link.recvs:          # a list of extents is on its way
                 mover.progress([link])
             got = swap_acks()

@@ -5,11 +5,11 @@ own way (some empty, each a separate allocation, like a model's tensors), and re
 its left neighbour's message into pieces cut as that neighbour cuts it: small messages
 (through the rings or sockets) and large ones (single-copy reads), one piece or more
 than one system call takes. The mpi transport then runs again with messages limited to
-4 KiB, so that large pieces go as several messages. Last, on tcp, both sides or one side
-of each exchange send and receive single buffers, the other pieces: between two
-ranks that read each other, the single side takes the quick large exchange
-(``TCPTransport._swapper``), which must understand a peer on the general path and a
-list of extents. Prints one line per rank, with how many exchanges took the quick way."""
+4 KiB, so that large pieces go as several messages. Last, on tcp, each side of an exchange
+moves single buffers or pieces, through the calls that take the quick large exchange
+(``TCPTransport._swapper``) between two ranks that read each other, or through the
+general path alone: the quick way must understand both shapes and a peer on the
+general path. Prints one line per rank, with how many exchanges took the quick way."""
 
 from __future__ import annotations
 
@@ -47,19 +47,29 @@ def exchange(t: object, rank: int, size: int, index: int, nbytes: int, pieces: i
     assert np.array_equal(got, pattern(left, nbytes)), (type(t).__name__, nbytes, pieces)
 
 
+# (even ranks' side, odd ranks' side) of a mixed exchange: (single buffers or pieces,
+# whether by the calls that may take the quick way or by the general path alone)
+MODES = [(("single", True), ("single", True)), (("pieces", True), ("pieces", True)),
+         (("single", True), ("pieces", False)), (("single", False), ("pieces", True))]
+
+
 def mixed(t: object, rank: int, size: int, index: int, nbytes: int, pieces: int) -> None:
     right, left = (rank + 1) % size, (rank - 1) % size
     rng = np.random.default_rng([rank, index, 1])
-    mode = index % 3            # both sides single; the even ranks alone; the odd ones
-    if mode == 0 or mode - 1 == rank % 2:
-        got = np.zeros(nbytes, np.uint8)
-        t.sendrecv(pattern(rank, nbytes), right, got, left)  # type: ignore[attr-defined]
+    shape, quick = MODES[index % len(MODES)][rank % 2]
+    if shape == "single":
+        sends, recvs = [pattern(rank, nbytes)], [np.zeros(nbytes, np.uint8)]
     else:
+        sends = cut(pattern(rank, nbytes), pieces, rng)
         recvs = cut(np.zeros(nbytes, np.uint8), pieces, rng)
-        t.sendrecv_parts(cut(pattern(rank, nbytes), pieces, rng), right,  # type: ignore[attr-defined]
-                         recvs, left)
-        got = np.concatenate(recvs)
-    assert np.array_equal(got, pattern(left, nbytes)), ("mixed", nbytes, pieces)
+    if not quick:
+        t._transfer(sends, right, recvs, left)  # type: ignore[attr-defined]
+    elif shape == "single":
+        t.sendrecv(sends[0], right, recvs[0], left)  # type: ignore[attr-defined]
+    else:
+        t.sendrecv_parts(sends, right, recvs, left)  # type: ignore[attr-defined]
+    assert np.array_equal(np.concatenate(recvs), pattern(left, nbytes)), \
+        ("mixed", nbytes, pieces, shape, quick)
 
 
 def counting(swaps: dict) -> list[int]:
@@ -67,8 +77,8 @@ def counting(swaps: dict) -> list[int]:
     done = [0]
 
     def counted(swap):  # type: ignore[no-untyped-def]
-        def run(sendbuf, recvbuf):  # type: ignore[no-untyped-def]
-            completed = swap(sendbuf, recvbuf)
+        def run(sendbufs, recvbufs, nbytes):  # type: ignore[no-untyped-def]
+            completed = swap(sendbufs, recvbufs, nbytes)
             done[0] += completed
             return completed
         return run
