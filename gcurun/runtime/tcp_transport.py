@@ -7,7 +7,8 @@
 - Between ranks of one host, bytes travel through shared-memory rings
   (:mod:`gcurun.runtime.shm`), and a large message as a 16-byte descriptor: the receiver
   copies the data straight out of the sender's buffer (:mod:`gcurun.runtime.cma`, proven
-  per pair with a token) and acknowledges.
+  per pair with a token) and acknowledges. A sendrecv of large messages with one such
+  peer swaps both descriptors, and later both acknowledgements, in one ring step each.
 - :mod:`gcurun.runtime.links` moves sends and receives together, so a ring of ranks never
   deadlocks, and a wait without progress ends in a timeout.
 - An abort from the rendezvous (a rank failed or died) shuts every connection down, so a
