@@ -73,7 +73,7 @@ class TCPTransport:
         self._rings = rings and shm.available()
         self._links: dict[int, Link] = {}
         # Per same-host peer that reads us and that we read: a large exchange, fast.
-        self._swaps: dict[int, Callable[[Sequence[Buffer], Sequence[Buffer], int], bool]] = {}
+        self._swaps: dict[int, Callable[[list[Buffer], list[Buffer], int], bool]] = {}
         self._ready = threading.Condition()
         self._peers: list[dict] | None = None
         self._abort: str | None = None
@@ -262,11 +262,6 @@ class TCPTransport:
         self._transfer((), source, (buf,), source)
 
     def sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int) -> None:
-        if dest == source and sendbuf.nbytes >= CMA_MIN_BYTES \
-                and recvbuf.nbytes >= CMA_MIN_BYTES:
-            swap = self._swaps.get(dest)
-            if swap is not None and swap((sendbuf,), (recvbuf,), recvbuf.nbytes):
-                return
         self._transfer((sendbuf,), dest, (recvbuf,), source)
 
     def sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
@@ -278,15 +273,6 @@ class TCPTransport:
         if len(sendbufs) > MAX_EXTENTS:         # more than a descriptor may list: one copy
             sendbufs = [np.concatenate([np.frombuffer(memoryview(buf).cast("B"), np.uint8)
                                         for buf in sendbufs])]
-        if dest == source:
-            swap = self._swaps.get(dest)
-            if swap is not None:
-                sends = [buf for buf in sendbufs if buf.nbytes]
-                recvs = [buf for buf in recvbufs if buf.nbytes]
-                recv_bytes = sum(buf.nbytes for buf in recvs)
-                if recv_bytes >= CMA_MIN_BYTES and sum(buf.nbytes for buf in sends) \
-                        >= CMA_MIN_BYTES and swap(sends, recvs, recv_bytes):
-                    return
         self._transfer(sendbufs, dest, recvbufs, source)
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
@@ -327,15 +313,23 @@ class TCPTransport:
         return run
 
     def _transfer(self, sendbufs: Sequence[Buffer], dest: int, recvbufs: Sequence[Buffer],
-                  source: int) -> None:
+                  source: int, quick: bool = True) -> None:
+        """Send the non-empty pieces of ``sendbufs`` to ``dest`` as one message and receive
+        one from ``source`` into those of ``recvbufs``: both large and with one peer that
+        reads us and that we read, by the quick large exchange (unless ``quick`` is
+        False), else queued on the links and moved."""
         sends = [buf for buf in sendbufs if buf.nbytes]
         recvs = [buf for buf in recvbufs if buf.nbytes]
+        send_bytes, recv_bytes = _total(sends), _total(recvs)
+        if quick and dest == source and send_bytes >= CMA_MIN_BYTES \
+                and recv_bytes >= CMA_MIN_BYTES:
+            swap = self._swaps.get(dest)
+            if swap is not None and swap(sends, recvs, recv_bytes):
+                return
         links = []
         if recvs:
             inc = self._link(source)
             links.append(inc)
-            recv_bytes = sum(buf.nbytes for buf in recvs) if len(recvs) > 1 else \
-                recvs[0].nbytes
             if inc.pull and recv_bytes >= CMA_MIN_BYTES:
                 self._expect_descriptor(inc, recvs, recv_bytes)
             else:
@@ -344,8 +338,6 @@ class TCPTransport:
             out = self._link(dest)
             if not links or out is not links[0]:
                 links.append(out)
-            send_bytes = sum(buf.nbytes for buf in sends) if len(sends) > 1 else \
-                sends[0].nbytes
             if out.pushed and send_bytes >= CMA_MIN_BYTES:
                 out.sends.append([_describe(sends), 0, None])
                 out.recvs.append([memoryview(bytearray(1)), 0, None])
@@ -404,8 +396,7 @@ class TCPTransport:
         except OSError as exc:
             raise self._failure(link.peer, f"its memory cannot be read ({exc})") from None
 
-    def _swapper(self, link: Link) -> Callable[[Sequence[Buffer], Sequence[Buffer], int],
-                                                bool]:
+    def _swapper(self, link: Link) -> Callable[[list[Buffer], list[Buffer], int], bool]:
         """The exchange of two large messages with a same-host peer that reads us and
         that we read, written out: the descriptors cross through the rings in one step
         (:meth:`shm.Channel.exchanger`), each side copies the other's pieces, and the
@@ -426,14 +417,14 @@ class TCPTransport:
         def nothing() -> None:
             pass
 
-        def run(sendbufs: Sequence[Buffer], recvbufs: Sequence[Buffer], nbytes: int) -> bool:
+        def run(sendbufs: list[Buffer], recvbufs: list[Buffer], nbytes: int) -> bool:
             if link.sends or link.recvs or self._closing:
                 return False
             if len(sendbufs) == 1:
                 pack_into(mine, 0, address_of(sendbufs[0]), sendbufs[0].nbytes)
                 swap = swap_one
             else:       # a count and the list of extents, one message
-                swap = channel.exchanger(memoryview(_describe(list(sendbufs))), their_view,
+                swap = channel.exchanger(memoryview(_describe(sendbufs)), their_view,
                                          doorbell, FAST_READS)
             got = swap()
             if got < 0:
@@ -442,7 +433,7 @@ class TCPTransport:
                 link.recvs.append([their_view, 0, None])
                 mover.progress([link])
             address, length = unpack(theirs)
-            self._on_descriptor(link, list(recvbufs), nbytes, address, length, nothing)
+            self._on_descriptor(link, recvbufs, nbytes, address, length, nothing)
             if link.recvs:          # a list of extents is on its way
                 mover.progress([link])
             got = swap_acks()
@@ -507,6 +498,11 @@ class TCPTransport:
             listener.close()
         self._wake_r.close()
         self._wake_w.close()
+
+
+def _total(bufs: list[Buffer]) -> int:
+    """The bytes of ``bufs`` in all."""
+    return bufs[0].nbytes if len(bufs) == 1 else sum(buf.nbytes for buf in bufs)
 
 
 def _describe(bufs: list[Buffer]) -> bytes:

@@ -63,7 +63,7 @@ def mixed(t: object, rank: int, size: int, index: int, nbytes: int, pieces: int)
         sends = cut(pattern(rank, nbytes), pieces, rng)
         recvs = cut(np.zeros(nbytes, np.uint8), pieces, rng)
     if not quick:
-        t._transfer(sends, right, recvs, left)  # type: ignore[attr-defined]
+        t._transfer(sends, right, recvs, left, quick=False)  # type: ignore[attr-defined]
     elif shape == "single":
         t.sendrecv(sends[0], right, recvs[0], left)  # type: ignore[attr-defined]
     else:
