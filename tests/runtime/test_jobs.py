@@ -218,3 +218,36 @@ def test_the_benchmark_runs_on_the_tcp_backend_alone() -> None:
     assert job.returncodes == [0, 0], job.stderr
     header = next(line for line in job.stdout.splitlines() if "size" in line)
     assert "ring(tcp)" in header and "native" not in header and "ring(mpi)" not in header
+
+
+def _table(stdout: str) -> dict[str, list[float]]:
+    """The rows of a benchmark's table by their first column (lines not starting '#')."""
+    rows = [line.split() for line in stdout.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+    return {row[0]: [float(value) for value in row[1:]] for row in rows}
+
+
+def test_the_engine_phases_benchmark_times_the_rings_inside_each_step() -> None:
+    job = run_tcp(2, str(ROOT / "benchmarks" / "engine_phases.py"), "--steps", "1")
+    assert job.returncodes == [0, 0], job.stderr
+    rows = _table(job.stdout)
+    assert set(rows) == {"single", "views", "fused"}, job.stdout
+    for values in rows.values():
+        step, rings, transfers, reductions, rest, outside, versus_single = values
+        # The clocks nest: transfers and reductions inside the rings, the rings in a step.
+        assert 0 < transfers < rings < step and 0 < reductions < rings, job.stdout
+        assert abs(rings - transfers - reductions - rest) < 0.02, job.stdout
+        assert abs(step - rings - outside) < 0.02, job.stdout
+    assert rows["single"][-1] == 1.0
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_the_overhead_benchmark_sets_each_way_against_native_mpi() -> None:
+    job = run_job("mpi", 2, str(ROOT / "benchmarks" / "allreduce_overhead.py"), "--rounds",
+                  "1", "--bytes", "65536")
+    assert job.returncodes == [0], job.stderr
+    rows = _table(job.stdout)
+    assert list(rows) == ["gcurun", "exch+ring", "ring", "mpi4py", "native"], job.stdout
+    assert rows["native"] == [rows["native"][0], 0.0, 1.0]
+    assert all(values[0] > 0 for values in rows.values())

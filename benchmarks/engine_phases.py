@@ -1,0 +1,141 @@
+"""Where a step of the engine benchmark goes: the ring passes, split into transfers and
+reductions, and the engine's work outside them.
+
+    gcurun -np 2 python benchmarks/engine_phases.py
+    GCURUN_FUSION_THRESHOLD_MB=128 gcurun -np 2 python benchmarks/engine_phases.py  # one pass
+
+The same ResNet-50 gradients and variants as benchmarks/engine.py (``single``: one
+buffer; ``views``: 161 views of one buffer, submitted async; ``fused``: 161 arrays of
+their own, submitted async), one step of each in turn. Every ring pass of the engine is
+timed, and inside it every message exchange (``sendrecv_parts``) and every reduction
+(the ufunc and the averaging); the rest of the ring is its bookkeeping, and the step's
+time outside the rings is the engine's: submission, negotiation, the batch's setup,
+completion. The table shows each column's median over the steps (ms), and each
+variant's rings against those of ``single``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from engine import resnet50_shapes, start  # noqa: E402
+
+import gcurun.runtime as hvd  # noqa: E402
+from gcurun.runtime import basics, fusion  # noqa: E402
+
+COLUMNS = ("step", "rings", "transfers", "reductions")
+
+
+class Clock:
+    """Seconds spent in the ring passes, and in their transfers and reductions."""
+
+    def __init__(self) -> None:
+        self.spent = dict.fromkeys(COLUMNS[1:], 0.0)
+
+    def timing(self, column: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        spent, now = self.spent, time.perf_counter
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = now()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[column] += now() - began
+
+        return timed
+
+    def install(self) -> None:
+        """Time the engine's ring passes and what happens inside them."""
+        transport = basics.state("engine_phases").engine.executor.t
+        transport.sendrecv_parts = self.timing("transfers", transport.sendrecv_parts)
+        ring: Any = fusion.ring_allreduce
+
+        def ring_allreduce(t: Any, pieces: Any, ufunc: Any, tmp: Any, phase: Any = None,
+                           finish: Any = None) -> None:
+            ring(t, pieces, self.timing("reductions", ufunc), tmp, phase,
+                 None if finish is None else self.timing("reductions", finish))
+
+        fusion.ring_allreduce = self.timing("rings", ring_allreduce)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("mpi", "tcp"), default=None)
+    parser.add_argument("--steps", type=int, default=30, help="steps of each variant")
+    args = parser.parse_args(argv)
+    start(args.backend)
+    rank = hvd.rank()
+    shapes = resnet50_shapes()
+    rng = np.random.default_rng(rank)
+    grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    flat = np.concatenate([g.reshape(-1) for g in grads])
+    backing = np.empty_like(flat)
+    views, offset = [], 0
+    for grad in grads:
+        views.append(backing[offset:offset + grad.size].reshape(grad.shape))
+        views[-1][...] = grad
+        offset += grad.size
+    order = list(range(len(grads)))
+    if rank == 1:
+        order.reverse()
+    elif rank > 1:
+        rng.shuffle(order)
+    names = [f"resnet50.{i}" for i in range(len(grads))]
+
+    def submitted(tensors: list[np.ndarray]) -> Callable[[], None]:
+        def step() -> None:
+            handles = [hvd.allreduce_async_(tensors[i], name=names[i]) for i in order]
+            for handle in handles:
+                hvd.synchronize(handle)
+        return step
+
+    variants = {"single": lambda: hvd.allreduce_(flat, name="resnet50.flat"),
+                "views": submitted(views), "fused": submitted(grads)}
+    for fn in variants.values():
+        fn()
+        fn()
+    clock = Clock()
+    clock.install()
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    for _ in range(args.steps):
+        for name, fn in variants.items():
+            hvd.barrier()
+            for column in clock.spent:
+                clock.spent[column] = 0.0
+            began = time.perf_counter()
+            fn()
+            rows[name].append({"step": time.perf_counter() - began, **clock.spent})
+    if rank == 0:
+        print(table(rows, hvd.size()))
+    hvd.shutdown()
+
+
+def table(rows: dict[str, list[dict[str, float]]], size: int) -> str:
+    median = {name: {column: statistics.median(row[column] for row in steps) * 1e3
+                     for column in COLUMNS} for name, steps in rows.items()}
+    lines = [f"# gcurun engine phases: ResNet-50 gradients, {size} ranks, backend "
+             f"{hvd.backend()}, median ms of {len(rows['single'])} steps (rank 0)",
+             f"# {'variant':<8} {'step':>7} {'rings':>7} {'transfers':>10} "
+             f"{'reductions':>11} {'ring rest':>10} {'outside':>8} {'rings/single':>13}"]
+    for name, m in median.items():
+        rest = m["rings"] - m["transfers"] - m["reductions"]
+        lines.append(f"  {name:<8} {m['step']:>7.2f} {m['rings']:>7.2f} "
+                     f"{m['transfers']:>10.2f} {m['reductions']:>11.2f} {rest:>10.2f} "
+                     f"{m['step'] - m['rings']:>8.2f} "
+                     f"{m['rings'] / median['single']['rings']:>13.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
