@@ -29,6 +29,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,6 +52,37 @@ def resnet50_shapes() -> list[tuple[int, ...]]:
                 shapes += [(out, inplanes, 1, 1), (out,), (out,)]
             inplanes = out
     return shapes + [(1000, 2048), (1000,)]
+
+
+class Gradients(NamedTuple):
+    """One rank's copies of ResNet-50's gradients, and the order it submits them in."""
+
+    grads: list[np.ndarray]         # one array each
+    flat: np.ndarray                # all of them in one buffer
+    views: list[np.ndarray]         # the same tensors as views of one other buffer
+    order: list[int]                # rank 0 forwards, rank 1 backwards, others shuffled
+    names: list[str]
+
+
+def gradients(rank: int) -> Gradients:
+    shapes = resnet50_shapes()
+    rng = np.random.default_rng(rank)
+    grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    flat = np.concatenate([g.reshape(-1) for g in grads])
+    order = list(range(len(grads)))
+    if rank == 1:
+        order.reverse()
+    elif rank > 1:
+        rng.shuffle(order)
+    # The views share one allocation, on huge pages like `flat`: the difference to
+    # `grads` is what separate allocations cost, not the engine.
+    backing = np.empty_like(flat)
+    views, offset = [], 0
+    for grad in grads:
+        views.append(backing[offset:offset + grad.size].reshape(grad.shape))
+        views[-1][...] = grad
+        offset += grad.size
+    return Gradients(grads, flat, views, order, [f"resnet50.{i}" for i in range(len(grads))])
 
 
 def start(backend: str | None) -> None:
@@ -100,25 +132,7 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     start(args.backend)
     rank, size = hvd.rank(), hvd.size()
-    shapes = resnet50_shapes()
-    rng = np.random.default_rng(rank)
-    grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    flat = np.concatenate([g.reshape(-1) for g in grads])
-    order = list(range(len(grads)))
-    if rank == 1:
-        order.reverse()
-    elif rank > 1:
-        rng.shuffle(order)
-    names = [f"resnet50.{i}" for i in range(len(grads))]
-
-    # The same tensors as views of one buffer (one allocation, huge pages like `flat`):
-    # the difference to `fused` is what separate allocations cost, not the engine.
-    backing = np.empty_like(flat)
-    views, offset = [], 0
-    for grad in grads:
-        views.append(backing[offset:offset + grad.size].reshape(grad.shape))
-        views[-1][...] = grad
-        offset += grad.size
+    grads, flat, views, order, names = gradients(rank)
 
     def fused(tensors: list[np.ndarray] = grads) -> None:
         handles = [hvd.allreduce_async_(tensors[i], name=names[i]) for i in order]
@@ -144,7 +158,7 @@ def main(argv: list[str]) -> None:
         for name, fn in variants.items():
             times[name].append(timed(fn, args.steps))
     if rank == 0:
-        print(table(times, size, len(shapes), flat.size))
+        print(table(times, size, len(grads), flat.size))
     hvd.shutdown()
 
 

@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine import resnet50_shapes, start  # noqa: E402
+from engine import gradients, start  # noqa: E402
 
 import gcurun.runtime as hvd  # noqa: E402
 from gcurun.runtime import basics, fusion  # noqa: E402
@@ -76,22 +76,7 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     start(args.backend)
     rank = hvd.rank()
-    shapes = resnet50_shapes()
-    rng = np.random.default_rng(rank)
-    grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    flat = np.concatenate([g.reshape(-1) for g in grads])
-    backing = np.empty_like(flat)
-    views, offset = [], 0
-    for grad in grads:
-        views.append(backing[offset:offset + grad.size].reshape(grad.shape))
-        views[-1][...] = grad
-        offset += grad.size
-    order = list(range(len(grads)))
-    if rank == 1:
-        order.reverse()
-    elif rank > 1:
-        rng.shuffle(order)
-    names = [f"resnet50.{i}" for i in range(len(grads))]
+    grads, flat, views, order, names = gradients(rank)
 
     def submitted(tensors: list[np.ndarray]) -> Callable[[], None]:
         def step() -> None:
