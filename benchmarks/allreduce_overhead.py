@@ -61,8 +61,9 @@ def main(argv: list[str]) -> None:
         exchange()
         ring()
 
+    incoming = tmp[:len(buf[mine])]           # the peer's copy of our half
+
     def mpi4py_ring() -> None:
-        incoming = tmp[:len(buf[mine])]       # the peer's copy of our half
         comm.Sendrecv(buf[theirs], peer, 7, incoming, peer, 7)
         np.add(buf[mine], incoming, out=buf[mine])
         comm.Sendrecv(buf[mine], peer, 7, buf[theirs], peer, 7)

@@ -85,6 +85,14 @@ def gradients(rank: int) -> Gradients:
     return Gradients(grads, flat, views, order, [f"resnet50.{i}" for i in range(len(grads))])
 
 
+def submit_all(tensors: list[np.ndarray], order: list[int], names: list[str]) -> None:
+    """Average ``tensors`` in place: every one submitted async in ``order``, then all
+    synchronized (the engine negotiates, fuses and reduces them)."""
+    handles = [hvd.allreduce_async_(tensors[i], name=names[i]) for i in order]
+    for handle in handles:
+        hvd.synchronize(handle)
+
+
 def start(backend: str | None) -> None:
     """init() on the requested backend; under mpirun, tcp gets a rendezvous from rank 0."""
     if backend == "tcp" and not os.environ.get("GCURUN_RENDEZVOUS"):
@@ -134,13 +142,11 @@ def main(argv: list[str]) -> None:
     rank, size = hvd.rank(), hvd.size()
     grads, flat, views, order, names = gradients(rank)
 
-    def fused(tensors: list[np.ndarray] = grads) -> None:
-        handles = [hvd.allreduce_async_(tensors[i], name=names[i]) for i in order]
-        for handle in handles:
-            hvd.synchronize(handle)
+    def fused() -> None:
+        submit_all(grads, order, names)
 
     def fused_views() -> None:
-        fused(views)
+        submit_all(views, order, names)
 
     def single() -> None:
         hvd.allreduce_(flat, name="resnet50.flat")

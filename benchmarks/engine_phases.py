@@ -24,12 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine import gradients, start  # noqa: E402
+from engine import gradients, start, submit_all  # noqa: E402
 
 import gcurun.runtime as hvd  # noqa: E402
 from gcurun.runtime import basics, fusion  # noqa: E402
@@ -78,15 +76,11 @@ def main(argv: list[str]) -> None:
     rank = hvd.rank()
     grads, flat, views, order, names = gradients(rank)
 
-    def submitted(tensors: list[np.ndarray]) -> Callable[[], None]:
-        def step() -> None:
-            handles = [hvd.allreduce_async_(tensors[i], name=names[i]) for i in order]
-            for handle in handles:
-                hvd.synchronize(handle)
-        return step
-
-    variants = {"single": lambda: hvd.allreduce_(flat, name="resnet50.flat"),
-                "views": submitted(views), "fused": submitted(grads)}
+    variants: dict[str, Callable[[], object]] = {
+        "single": lambda: hvd.allreduce_(flat, name="resnet50.flat"),
+        "views": lambda: submit_all(views, order, names),
+        "fused": lambda: submit_all(grads, order, names),
+    }
     for fn in variants.values():
         fn()
         fn()
