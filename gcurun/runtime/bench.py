@@ -3,10 +3,11 @@ allreduce``): an nccl-tests-style table of gcurun's ring on each available backe
 under an MPI launcher, of the MPI library's own MPI_Allreduce, all measured in one run.
 
 Every variant reduces the same float32 buffer in place with Sum. For each size the
-variants take turns, several rounds, and each keeps its best round: the machine's noise
-hits all of them alike. A round's time is the slowest rank's mean over its iterations.
-With ``--repeat`` the whole sweep runs several times, far apart in time, and each variant
-keeps its best over all of them (a shared machine has slow spells lasting seconds).
+variants take turns, several rounds in an order shuffled every round, and each keeps its
+best round: the machine's noise hits all of them alike. A round's time is the slowest
+rank's mean over its iterations. With ``--repeat`` the whole sweep runs several times,
+far apart in time, and each variant keeps its best over all of them (a shared machine
+has slow spells lasting seconds).
 
 Under mpirun both backends run side by side in one process: the tcp one through a
 rendezvous that rank 0 serves for the occasion.
@@ -15,6 +16,7 @@ rendezvous that rank 0 serves for the occasion.
 from __future__ import annotations
 
 import argparse
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -180,10 +182,24 @@ def measure_size(job: Job, pool: np.ndarray, nbytes: int, rounds: int,
         variants["native"] = _native(job.mpi_comm, buf)
     iterations = {name: _iterations(job, fn, seconds) for name, fn in variants.items()}
     best = {name: float("inf") for name in variants}
-    for _ in range(rounds):
-        for name, fn in variants.items():
-            best[name] = min(best[name], _timed(job, fn, iterations[name]))
+    for order in turns(list(variants), rounds, seed=nbytes):
+        for name in order:
+            best[name] = min(best[name], _timed(job, variants[name], iterations[name]))
     return Row(count * 4, best)
+
+
+def turns(names: Sequence[str], rounds: int, seed: int) -> list[list[str]]:
+    """The order of the variants in each round: shuffled anew every round, the same on
+    every rank (each variant is a collective). In a fixed order one variant would always
+    run right after the same other one, and what that one leaves behind in the caches
+    and the MPI library is not the same for all."""
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(rounds):
+        order = list(names)
+        rng.shuffle(order)
+        orders.append(order)
+    return orders
 
 
 def best_row(rows: Sequence[Row]) -> Row:
