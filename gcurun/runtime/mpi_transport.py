@@ -42,7 +42,7 @@ class MPITransport:
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.timeout = timeout_seconds
-        self._persistent: list = []
+        self._persistent: dict[Callable[[], None], tuple] = {}
 
     def send(self, buf: Buffer, dest: int) -> None:
         self._transfer(buf, dest, None, dest)
@@ -77,15 +77,21 @@ class MPITransport:
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:
-        """A sendrecv of these two fixed buffers, as MPI persistent requests: each run
-        skips argument parsing and request setup (the latency of tiny collectives)."""
+        """A sendrecv of these two fixed buffers, of any size (up to ``PIECE_BYTES``), as
+        MPI persistent requests: each run skips argument parsing and request setup (the
+        latency of tiny collectives, a few microseconds of large ones). The requests hold
+        the buffers until :meth:`release_sendrecv` or :meth:`close`."""
         receive = self.comm.Recv_init([recvbuf, self._byte], source, TAG)
         send = self.comm.Send_init([sendbuf, self._byte], dest, TAG)
-        self._persistent.extend((receive, send))
         # Bound methods of the two requests, cheaper than Startall/Testall over a list.
         start_receive, start_send, test_receive = receive.Start, send.Start, receive.Test
-        wait_send = send.Wait       # the small send completes eagerly, without the peer
         exception = self._mpi.Exception
+        if memoryview(sendbuf).nbytes <= EAGER_BYTES:
+            finish_send = send.Wait     # it completes eagerly, without the peer
+        else:
+            def finish_send() -> None:  # once the peer has read it: a deadline
+                if not send.Test():
+                    self._wait([send], [dest])
 
         def run() -> None:
             try:
@@ -97,12 +103,18 @@ class MPITransport:
                     if spins > FAST_SPINS:      # a slow peer: wait with the clock
                         self._wait([receive], [source])
                         break
-                wait_send()
+                finish_send()
             except exception as exc:
                 raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
                                        f"{source}: {exc}") from None
 
+        self._persistent[run] = (receive, send)
         return run
+
+    def release_sendrecv(self, run: Callable[[], None]) -> None:
+        """Free the requests of a :meth:`prepare_sendrecv` that will not run again."""
+        for request in self._persistent.pop(run, ()):
+            request.Free()
 
     def _transfer(self, sendbuf: Buffer | None, dest: int, recvbuf: Buffer | None,
                   source: int) -> None:
@@ -169,8 +181,9 @@ class MPITransport:
         comm, self.comm = self.comm, None
         if comm is not None:
             try:
-                for request in self._persistent:
-                    request.Free()
+                for requests in self._persistent.values():
+                    for request in requests:
+                        request.Free()
                 comm.Free()
             except self._mpi.Exception:
                 pass

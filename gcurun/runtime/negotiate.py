@@ -84,6 +84,14 @@ def prepared_sendrecv(transport: Transport, sendbuf: np.ndarray, dest: int,
     return lambda: transport.sendrecv(sendbuf, dest, recvbuf, source)
 
 
+def release_sendrecv(transport: Transport, run: Callable[[], None]) -> None:
+    """Free what :func:`prepared_sendrecv` made for ``run``, where the transport holds
+    anything (MPI requests, which hold their buffers)."""
+    release = getattr(transport, "release_sendrecv", None)
+    if release is not None:
+        release(run)
+
+
 def title(kind: OpKind, name: str | None) -> str:
     return f"{kind.label} {name!r}" if name else f"{kind.label} (unnamed tensor)"
 
