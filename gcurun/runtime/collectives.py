@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import pickle
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,6 +38,8 @@ from gcurun.runtime.negotiate import (
     Negotiator,
     OpKind,
     Request,
+    prepared_sendrecv,
+    release_sendrecv,
     title,
 )
 
@@ -116,7 +119,7 @@ class _Prepared:
         # (they compare faster than bytes).
         self.peer_header: memoryview | None = None
         self.expected = memoryview(invariant).cast("Q")
-        self.inline: Callable[..., np.ndarray] | None = None   # see _inline_allreduce
+        self.inline: Callable[..., np.ndarray] | None = None   # see _pair_allreduce
 
 
 class Communicator:
@@ -136,9 +139,13 @@ class Communicator:
         self._lock = threading.Lock()
         self._failure: str | None = None
         self._prepared: dict[tuple, _Prepared] = {}
-        # By name, the allreduce of the name's last tiny signature (_inline_allreduce).
+        # By name, the allreduce of the name's last signature, where two ranks have a
+        # quick one (_pair_allreduce).
         self._inline: dict[str | None, Callable[..., np.ndarray]] = {}
         self._general = self._allreduce        # bound once: every tiny call may need it
+        # (tensor, plan, exchange there, exchange back): the one tensor whose 2-rank ring
+        # runs on prepared exchanges (_pair_allreduce), or Nones.
+        self._held: tuple[Any, Any, Any, Any] = (None, None, None, None)
 
     # -- reductions ---------------------------------------------------------------------
 
@@ -238,48 +245,103 @@ class Communicator:
             self._prepared.clear()
             self._inline.clear()
         self._prepared[(tensor.dtype, tensor.shape, op, name, postscale)] = plan
-        if plan.plain and plan.peer_header is not None:
-            plan.inline = self._inline[name] = self._inline_allreduce(plan, tensor.dtype, op)
+        # Two ranks: the ring when each half fits in one chunk (as in alg.ring_allreduce).
+        quick = plan.plain or plan.ring and tensor.ndim > 0 and \
+            tensor.size <= 2 * self.scratch.chunk_len(tensor.dtype)
+        if quick and plan.peer_header is not None:
+            plan.inline = self._inline[name] = self._pair_allreduce(plan, tensor.dtype, op)
         return plan
 
-    def _inline_allreduce(self, plan: _Prepared, dtype: np.dtype,
-                          op: Any) -> Callable[..., np.ndarray]:
-        """The latency of a tiny allreduce between two ranks: a function of allreduce's
-        arguments that runs ``plan`` for a call of its signature and takes the general
-        way for any other. Its state lives in closure cells: no lookups, no argument
-        parsing, no new objects but the result."""
+    def _pair_allreduce(self, plan: _Prepared, dtype: np.dtype,
+                        op: Any) -> Callable[..., np.ndarray]:
+        """The latency of a tiny allreduce between two ranks, and the overhead of a large
+        one: a function of allreduce's arguments that runs ``plan`` for a call of its
+        signature and takes the general way for any other. Its state lives in closure
+        cells: no lookups, no argument parsing, no new objects but views and the result.
+        A tiny tensor rides in the header block, so the exchange completes the call; a
+        large one then makes the ring of two: halves swapped, reduced, swapped back (the
+        messages of :func:`gcurun.runtime.algorithms.ring_allreduce`)."""
         general, ndarray = self._general, np.ndarray
         lock, negotiator, exchange = self._lock, self.negotiator, self.negotiator.exchange
         request, invariant, expected = plan.request, plan.invariant, plan.expected
         peer_header = plan.peer_header
         shape, postscale, ufunc, finish = request.shape, plan.postscale, plan.ufunc, plan.finish
-        first, second = plan.views
-        mine = plan.views[self.rank]
+        ring = plan.ring
         # numpy deprecates a positional out for minimum and maximum.
         positional = ufunc not in (np.minimum, np.maximum)
+        if ring:
+            sendrecv, peer = self.transport.sendrecv, 1 - self.rank
+            count = math.prod(shape)
+            half = (count + 1) // 2
+            mine, theirs = (slice(0, half), slice(half, None)) if peer else \
+                (slice(half, None), slice(0, half))
+            incoming = self.scratch.chunk(dtype)[:half if peer else count - half]
+            flat = len(shape) == 1
+            seen: weakref.ref | None = None
+
+            def hold(tensor: np.ndarray, src: np.ndarray) -> None:
+                """From the second in-place call in a row with one tensor, its two
+                exchanges as the transport's prepared ones (MPI persistent requests),
+                which replace any other tensor's (they keep their buffers alive)."""
+                nonlocal seen
+                if seen is None or seen() is not tensor:
+                    seen = weakref.ref(tensor)
+                    return
+                self._release_held()
+                transport = self.transport
+                self._held = (tensor, plan,
+                              prepared_sendrecv(transport, src[theirs], peer, incoming, peer),
+                              prepared_sendrecv(transport, src[mine], peer, src[theirs], peer))
+        else:
+            first, second = plan.views
+            block = plan.views[self.rank]
 
         def run(tensor: Any, op_: Any, prescale_: float, postscale_: float,
                 name: str | None, inplace: bool) -> np.ndarray:
             if type(tensor) is not ndarray or tensor.shape != shape \
                     or tensor.dtype is not dtype or op_ is not op or prescale_ != 1.0 \
-                    or postscale_ != postscale:
+                    or postscale_ != postscale or ring and not (
+                        tensor.flags.c_contiguous and (tensor.flags.writeable or not inplace)):
                 return general(tensor, op_, prescale_, postscale_, name, inplace)
             lock.acquire()      # (a with statement costs more here)
             try:
                 if self._failure is not None:
                     raise self._refuse(request)
                 if negotiator.header_owner is not plan:
-                    negotiator.write_header(invariant, 0, INLINE)
+                    negotiator.write_header(invariant, 0, 0 if ring else INLINE)
                     negotiator.header_owner = plan
-                mine[...] = tensor
+                if not ring:
+                    block[...] = tensor
                 try:
                     exchange()
                     if peer_header != expected:
                         negotiator.header_owner = None
                         negotiator.raise_disagreement(request)
+                    if ring:
+                        src = tensor if flat else tensor.reshape(-1)
+                        held = self._held
+                        if inplace and held[0] is tensor and held[1] is plan:
+                            held[2]()       # the far half out, the peer's near half in
+                            if positional:
+                                ufunc(src[mine], incoming, src[mine])
+                            else:
+                                ufunc(src[mine], incoming, out=src[mine])
+                            held[3]()       # the near half out, the far half in
+                        else:
+                            out = src if inplace else aligned_empty(count, dtype)
+                            sendrecv(src[theirs], peer, incoming, peer)
+                            if positional:
+                                ufunc(src[mine], incoming, out[mine])
+                            else:
+                                ufunc(src[mine], incoming, out=out[mine])
+                            sendrecv(out[mine], peer, out[theirs], peer)
+                            if inplace:
+                                hold(tensor, src)
                 except (PeerFailureError, CollectiveTimeout) as exc:
                     raise self._failed(exc, request) from None
-                if not inplace:
+                if ring:
+                    out = tensor if inplace else out.reshape(shape)
+                elif not inplace:
                     out = ufunc(first, second)
                 elif positional:        # (out as a keyword costs more)
                     out = ufunc(first, second, tensor)
@@ -292,6 +354,13 @@ class Communicator:
             return out
 
         return run
+
+    def _release_held(self) -> None:
+        """Free the prepared exchanges of the held tensor, if any (under the lock)."""
+        for run in self._held[2:]:
+            if run is not None:
+                release_sendrecv(self.transport, run)
+        self._held = (None, None, None, None)
 
     def _prepared_allreduce(self, plan: _Prepared, tensor: np.ndarray,
                             inplace: bool) -> np.ndarray:

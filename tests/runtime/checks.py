@@ -331,9 +331,65 @@ class Checks(Tally):
         got = hvd.allreduce(self.values(r, 5, f32), op=hvd.Sum, name=name)
         self.equal(got, self.reduced(self.values, 5, f32, np.add), "the name after mismatches")
 
+    def repeated_large(self) -> int:
+        """Large allreduces called again and again (from the second call on, two ranks
+        take a quick way when each half fits in a ring chunk): in place and not, flat and
+        shaped, ops with and without a final division, a strided tensor on one rank only
+        (it takes the general way, sending the same messages), and a mismatch after
+        success, which every rank reports alike."""
+        hvd, r, p = self.hvd, self.rank, self.size
+        f64 = np.dtype(np.float64)
+        n = 12345       # 96 KiB: the ring, each half within even a 64 KiB chunk
+        for salt in range(3):
+            def make(k: int, m: int, d: np.dtype, s: int = salt) -> np.ndarray:
+                return self.values(k, m, d, s)
+
+            got = hvd.allreduce(make(r, n, f64), op=hvd.Sum, name="big.sum")
+            self.equal(got, self.reduced(make, n, f64, np.add), f"large sum call {salt}")
+            x = make(r, n, f64).reshape(5, -1)
+            same = hvd.allreduce_(x, op=hvd.Min, name="big.min")
+            self.ok(same is x, "repeated large allreduce_ returns its argument")
+            self.equal(x, self.reduced(make, n, f64, np.minimum).reshape(5, -1),
+                       f"large in-place min call {salt}")
+            got = hvd.allreduce(make(r, n, f64).reshape(-1, 5), name="big.average")
+            self.ok(got.shape == (n // 5, 5) and np.allclose(
+                got, self.reduced(make, n, f64, np.add).reshape(-1, 5) / p),
+                f"large average call {salt}")
+            grid = np.zeros((n, 2), f64)
+            grid[:, 0] = make(r, n, f64)
+            column = grid[:, 0] if r == 0 else grid[:, 0].copy()
+            hvd.allreduce_(column, op=hvd.Sum, name="big.sum")
+            self.equal(column, self.reduced(make, n, f64, np.add),
+                       f"large sum in place, strided on rank 0, call {salt}")
+            self.ok(not grid[:, 1].any(), "a strided large allreduce_ leaves the gaps")
+        # One tensor again and again in place (from its second call in a row two ranks
+        # keep its exchanges prepared), then another taking its place, then the first on
+        # another name and back: each result from fresh data.
+        first, second = np.empty(n, f64), np.empty(n, f64)
+        turns = [(first, "big.held")] * 4 + [(second, "big.held")] * 3 + \
+            [(first, "big.sum"), (first, "big.held"), (first, "big.held")]
+        for call, (x, name) in enumerate(turns):
+            x[...] = self.values(r, n, f64, call)
+            same = hvd.allreduce_(x, op=hvd.Sum, name=name)
+            self.ok(same is x, "a held allreduce_ returns its argument")
+            self.equal(x, self.reduced(lambda k, m, d, s=call: self.values(k, m, d, s), n,
+                                       f64, np.add), f"one tensor in place again, call {call}")
+        if p == 1:
+            return self.count
+        counts = [n + (k == 1) for k in range(p)]
+        self.expect(hvd.MismatchError,
+                    lambda: hvd.allreduce(self.values(r, counts[r], f64), op=hvd.Sum,
+                                          name="big.sum"),
+                    "the shape", *[f"rank {k}: allreduce 'big.sum' float64 shape ({counts[k]},)"
+                                   for k in range(p)])
+        got = hvd.allreduce(self.values(r, n, f64), op=hvd.Sum, name="big.sum")
+        self.equal(got, self.reduced(self.values, n, f64, np.add), "large after a mismatch")
+        return self.count
+
     def run_all(self) -> int:
         self.allreduce()
         self.repeated()
+        self.repeated_large()
         self.reducescatter()
         self.allgather()
         self.broadcast()

@@ -195,6 +195,27 @@ def test_messages_of_several_pieces_on_both_transports(size: int, env: dict) -> 
             job.stdout + job.stderr
 
 
+@pytest.mark.mpi
+@needs_mpi
+@pytest.mark.parametrize("size", [2, 3])
+def test_the_communicators_repeated_allreduces_on_both_transports(size: int) -> None:
+    """The communicator's own allreduce, as the allreduce benchmark calls it, on real mpi
+    and tcp transports with the default chunk: small and large tensors called again and
+    again, in place and not, one tensor in place again and again, a strided tensor on one
+    rank, mismatches after success. Two ranks take the quick ways for every large name
+    and keep one tensor's exchanges prepared; three ranks take the prepared plans."""
+    job = run_job("mpi", size, "communicators.py")
+    assert job.returncodes == [0], job.stdout + job.stderr
+    ways = "quick [big.average,big.held,big.min,big.sum], one tensor held" if size == 2 \
+        else "quick [], none held"
+    for rank in range(size):
+        lines = job.lines(f"rank {rank} of {size} communicators ok: mpi ")
+        assert len(lines) == 1, job.stdout + job.stderr
+        mpi, tcp = lines[0].split(": ", 1)[1].split("; ")
+        assert mpi.endswith(ways) and tcp.startswith("tcp ") and tcp.endswith(ways), lines[0]
+        assert mpi.split()[1] == tcp.split()[1], lines[0]      # the same checks on both
+
+
 QUICK_BENCH = (str(ROOT / "benchmarks" / "allreduce.py"), "--max-bytes", "8192", "--rounds",
                "1", "--seconds", "0.001")
 
