@@ -277,12 +277,16 @@ class TCPTransport:
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:
-        """A sendrecv of two fixed small buffers, run many times (the negotiation of every
-        collective): with one same-host peer it is a write to the ring and a read from it
-        (:meth:`shm.Channel.exchanger`), made once the link exists."""
+        """A sendrecv of two fixed buffers, run many times (the negotiation of every
+        collective): with one same-host peer, small ones are a write to the ring and a
+        read from it (:meth:`shm.Channel.exchanger`), made once the link exists. Large
+        ones take :meth:`sendrecv` every time: the general path announces them by
+        descriptors, and the peer may be on it."""
         send_view = memoryview(sendbuf).cast("B")
         recv_view = memoryview(recvbuf).cast("B")
         size = len(recv_view)
+        if size >= CMA_MIN_BYTES or len(send_view) >= CMA_MIN_BYTES:
+            return partial(self.sendrecv, sendbuf, dest, recvbuf, source)
         mover = self._mover
         link: Link | None = None         # the link that ``swap`` moves bytes over
         swap: Callable[[], int] | None = None

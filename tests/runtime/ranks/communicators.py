@@ -3,14 +3,41 @@ called again and again with small and large tensors, as benchmarks/allreduce.py 
 it (a script's collectives go through the engine instead). Two ranks take the quick
 ways (``Communicator._pair_allreduce``) from a name's second call on. Prints one line
 per rank: the checks passed on each backend, the names that had a quick way, and
-whether a tensor called in place again and again kept its exchanges prepared."""
+whether a tensor called in place again and again kept its exchanges prepared. Two ranks
+then swap buffers by a prepared exchange on one side and a plain one on the other."""
 
 from __future__ import annotations
 
+from functools import partial
+
+import numpy as np
+
 from gcurun.runtime.bench import open_job
 from gcurun.runtime.env import read_runtime_env
+from gcurun.runtime.negotiate import prepared_sendrecv, release_sendrecv
 from tests.runtime.adapter import CommunicatorAPI
 from tests.runtime.checks import Checks
+
+
+def prepared_against_plain(transport: object, rank: int) -> int:
+    """Two ranks swap fixed buffers again and again, rank 0 by a prepared exchange and
+    rank 1 by plain sendrecv: small ones (through the rings on tcp) and large ones
+    (announced by descriptors on tcp): whichever way a side takes, the other understands
+    it. Returns the exchanges checked."""
+    peer, checked = 1 - rank, 0
+    for nbytes in (256, 80 << 10, 1 << 20):
+        send, recv = np.empty(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+        swap = prepared_sendrecv(transport, send, peer, recv, peer) if rank == 0 else \
+            partial(transport.sendrecv, send, peer, recv, peer)  # type: ignore[attr-defined]
+        for call in range(20):
+            send[...] = (np.arange(nbytes) + 7 * rank + call) % 251
+            swap()
+            assert np.array_equal(recv, (np.arange(nbytes) + 7 * peer + call) % 251), \
+                (type(transport).__name__, nbytes, call)
+            checked += 1
+        if rank == 0:
+            release_sendrecv(transport, swap)
+    return checked
 
 
 def main() -> None:
@@ -22,6 +49,8 @@ def main() -> None:
         count = checks.repeated_large()
         quick = ",".join(sorted(name for name in comm._inline if name.startswith("big.")))
         held = "one tensor held" if comm._held[0] is not None else "none held"
+        if job.size == 2:
+            count += prepared_against_plain(comm.transport, job.rank)
         done.append(f"{backend} {count} checks, quick [{quick}], {held}")
     for close in job.closers:
         close()
