@@ -3,14 +3,16 @@
     mpirun -np 2 python benchmarks/allreduce_overhead.py                 # 4 MiB
     mpirun -np 2 python benchmarks/allreduce_overhead.py --bytes 8388608
 
-Five ways of summing one float32 buffer in place on 2 ranks, taking turns for several
-rounds of 30 calls; each keeps its best round (a round's time is the slowest rank's
-mean per call):
+Six ways of summing one float32 buffer in place on 2 ranks, taking turns (in an order
+shuffled every round) for several rounds of 30 calls; each keeps its best round (a
+round's time is the slowest rank's mean per call):
 
   gcurun     the communicator's allreduce, as benchmarks/allreduce.py times it: the
-             header exchange, then the ring;
-  exch+ring  the same two steps called bare: the header exchange, then the ring;
-  ring       the ring alone (gcurun's algorithm over gcurun's MPI transport);
+             header exchange, then the ring (on prepared exchanges: the buffer is
+             reduced in place again and again);
+  exch+ring  the header exchange, then gcurun's ring function, called bare;
+  ring       gcurun's ring function alone, over gcurun's MPI transport;
+  prepared   the ring's two exchanges alone, as MPI persistent requests, and the add;
   mpi4py     the same ring written directly in mpi4py: Sendrecv, numpy.add, Sendrecv;
   native     the MPI library's MPI_Allreduce.
 """
@@ -27,9 +29,10 @@ from mpi4py import MPI
 
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import ReduceOp
-from gcurun.runtime.bench import open_job
+from gcurun.runtime.bench import open_job, turns
 from gcurun.runtime.dtypes import aligned_empty
 from gcurun.runtime.env import read_runtime_env
+from gcurun.runtime.negotiate import prepared_sendrecv
 
 CALLS = 30
 
@@ -62,6 +65,14 @@ def main(argv: list[str]) -> None:
         ring()
 
     incoming = tmp[:len(buf[mine])]           # the peer's copy of our half
+    near, far = buf[mine], buf[theirs]
+    there = prepared_sendrecv(transport, far, peer, incoming, peer)
+    back = prepared_sendrecv(transport, near, peer, far, peer)
+
+    def prepared_ring() -> None:
+        there()
+        np.add(near, incoming, near)
+        back()
 
     def mpi4py_ring() -> None:
         comm.Sendrecv(buf[theirs], peer, 7, incoming, peer, 7)
@@ -73,6 +84,7 @@ def main(argv: list[str]) -> None:
                                                  inplace=True),
         "exch+ring": exchange_and_ring,
         "ring": ring,
+        "prepared": prepared_ring,
         "mpi4py": mpi4py_ring,
         "native": lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM),
     }
@@ -81,8 +93,9 @@ def main(argv: list[str]) -> None:
         buf[:] = 1
         for _ in range(CALLS):
             fn()
-    for _ in range(args.rounds):
-        for name, fn in variants.items():
+    for order in turns(list(variants), args.rounds, seed=args.bytes):
+        for name in order:
+            fn = variants[name]
             buf[:] = 1          # sums of ones stay exact and finite
             comm.Barrier()
             began = time.perf_counter()

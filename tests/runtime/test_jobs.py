@@ -269,6 +269,7 @@ def test_the_overhead_benchmark_sets_each_way_against_native_mpi() -> None:
                   "1", "--bytes", "65536")
     assert job.returncodes == [0], job.stderr
     rows = _table(job.stdout)
-    assert list(rows) == ["gcurun", "exch+ring", "ring", "mpi4py", "native"], job.stdout
+    assert list(rows) == ["gcurun", "exch+ring", "ring", "prepared", "mpi4py", "native"], \
+        job.stdout
     assert rows["native"] == [rows["native"][0], 0.0, 1.0]
     assert all(values[0] > 0 for values in rows.values())
