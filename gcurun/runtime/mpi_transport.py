@@ -1,9 +1,11 @@
 """The ``mpi`` backend: the transport over mpi4py point-to-point calls on raw buffers.
 
-Only buffer calls (``Send``/``Irecv``/``Isend``) are used, never the lowercase pickling
-ones. Waits poll ``Testall`` instead of blocking in ``Waitall`` so that a rank that never
-arrives becomes a :class:`CollectiveTimeout` rather than a hang; the poll spins briefly,
-then yields the CPU, then sleeps, so oversubscribed jobs still progress.
+Only buffer calls (``Send``/``Irecv``/``Isend`` and the persistent ``Send_init``/
+``Recv_init``) are used, never the lowercase pickling ones. Waits poll ``Test``/``Testall``
+instead of blocking in ``Waitall`` so that a rank that never arrives becomes a
+:class:`CollectiveTimeout` rather than a hang; the poll spins briefly, then yields the
+CPU, then sleeps, so oversubscribed jobs still progress. Only sends that complete eagerly,
+without the peer (up to ``EAGER_BYTES``), are finished by a blocking call.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
@@ -77,16 +80,25 @@ class MPITransport:
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:
-        """A sendrecv of these two fixed buffers, of any size (up to ``PIECE_BYTES``), as
-        MPI persistent requests: each run skips argument parsing and request setup (the
-        latency of tiny collectives, a few microseconds of large ones). The requests hold
-        the buffers until :meth:`release_sendrecv` or :meth:`close`."""
+        """A sendrecv of these two fixed buffers, to run many times, as MPI persistent
+        requests: each run skips argument parsing and request setup (the latency of tiny
+        collectives, a few microseconds of large ones). The requests hold the buffers
+        until :meth:`release_sendrecv` or :meth:`close`. Empty buffers, and those sent
+        in pieces, take :meth:`sendrecv` every time (their messages are its own)."""
+        send_bytes, recv_bytes = memoryview(sendbuf).nbytes, memoryview(recvbuf).nbytes
+        if not 0 < send_bytes <= PIECE_BYTES or not 0 < recv_bytes <= PIECE_BYTES:
+            return partial(self.sendrecv, sendbuf, dest, recvbuf, source)
         receive = self.comm.Recv_init([recvbuf, self._byte], source, TAG)
-        send = self.comm.Send_init([sendbuf, self._byte], dest, TAG)
+        try:
+            send = self.comm.Send_init([sendbuf, self._byte], dest, TAG)
+        except self._mpi.Exception:
+            receive.Free()
+            raise
+        both, peers = [receive, send], [source, dest]
         # Bound methods of the two requests, cheaper than Startall/Testall over a list.
         start_receive, start_send, test_receive = receive.Start, send.Start, receive.Test
         exception = self._mpi.Exception
-        if memoryview(sendbuf).nbytes <= EAGER_BYTES:
+        if send_bytes <= EAGER_BYTES:
             finish_send = send.Wait     # it completes eagerly, without the peer
         else:
             def finish_send() -> None:  # once the peer has read it: a deadline
@@ -101,8 +113,8 @@ class MPITransport:
                 while not test_receive():
                     spins += 1
                     if spins > FAST_SPINS:      # a slow peer: wait with the clock
-                        self._wait([receive], [source])
-                        break
+                        self._wait(both, peers)
+                        return
                 finish_send()
             except exception as exc:
                 raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
@@ -114,7 +126,13 @@ class MPITransport:
     def release_sendrecv(self, run: Callable[[], None]) -> None:
         """Free the requests of a :meth:`prepare_sendrecv` that will not run again."""
         for request in self._persistent.pop(run, ()):
+            self._free(request)
+
+    def _free(self, request: Any) -> None:
+        try:
             request.Free()
+        except self._mpi.Exception:     # (an active one is freed once it completes)
+            pass
 
     def _transfer(self, sendbuf: Buffer | None, dest: int, recvbuf: Buffer | None,
                   source: int) -> None:
@@ -183,7 +201,8 @@ class MPITransport:
             try:
                 for requests in self._persistent.values():
                     for request in requests:
-                        request.Free()
+                        self._free(request)
+                self._persistent.clear()
                 comm.Free()
             except self._mpi.Exception:
                 pass
