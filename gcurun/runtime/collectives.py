@@ -43,6 +43,9 @@ from gcurun.runtime.negotiate import (
     title,
 )
 
+# _last_inplace when the last large in-place call of two ranks ran on held exchanges.
+NO_CALL: tuple[Callable[[], Any], Any] = (lambda: None, None)
+
 # Up to this size an allreduce gathers every rank's tensor and reduces locally: ceil(log2 p)
 # exchanges instead of the ring's 2(p-1), which matters more than bandwidth when small.
 GATHER_REDUCE_BYTES = 64 << 10
@@ -142,10 +145,12 @@ class Communicator:
         # By name, the allreduce of the name's last signature, where two ranks have a
         # quick one (_pair_allreduce).
         self._inline: dict[str | None, Callable[..., np.ndarray]] = {}
-        self._general = self._allreduce        # bound once: every tiny call may need it
+        self._general = self._allreduce        # bound once: every quick call may need it
         # (tensor, plan, exchange there, exchange back): the one tensor whose 2-rank ring
-        # runs on prepared exchanges (_pair_allreduce), or Nones.
+        # runs on prepared exchanges (_pair_allreduce), or Nones; and (weak reference to
+        # the tensor, plan) of the last large in-place call that ran without them.
         self._held: tuple[Any, Any, Any, Any] = (None, None, None, None)
+        self._last_inplace: tuple[Callable[[], Any], Any] = NO_CALL
 
     # -- reductions ---------------------------------------------------------------------
 
@@ -244,10 +249,12 @@ class Communicator:
         if len(self._prepared) > 1024:
             self._prepared.clear()
             self._inline.clear()
+            with self._lock:
+                self._release_held()
         self._prepared[(tensor.dtype, tensor.shape, op, name, postscale)] = plan
         # Two ranks: the ring when each half fits in one chunk (as in alg.ring_allreduce).
-        quick = plan.plain or plan.ring and tensor.ndim > 0 and \
-            tensor.size <= 2 * self.scratch.chunk_len(tensor.dtype)
+        quick = plan.plain or (
+            plan.ring and tensor.size <= 2 * self.scratch.chunk_len(tensor.dtype))
         if quick and plan.peer_header is not None:
             plan.inline = self._inline[name] = self._pair_allreduce(plan, tensor.dtype, op)
         return plan
@@ -277,21 +284,28 @@ class Communicator:
                 (slice(half, None), slice(0, half))
             incoming = self.scratch.chunk(dtype)[:half if peer else count - half]
             flat = len(shape) == 1
-            seen: weakref.ref | None = None
 
             def hold(tensor: np.ndarray, src: np.ndarray) -> None:
-                """From the second in-place call in a row with one tensor, its two
-                exchanges as the transport's prepared ones (MPI persistent requests),
-                which replace any other tensor's (they keep their buffers alive)."""
-                nonlocal seen
-                if seen is None or seen() is not tensor:
-                    seen = weakref.ref(tensor)
+                """At the communicator's second large in-place call in a row with one
+                tensor and signature on this quick ring (a signature's first call goes
+                the general way), make its two exchanges the transport's prepared
+                ones (MPI persistent requests), in place of any other tensor's (they keep
+                their buffers alive). Tensors taking turns are never held, nor take the
+                held one's place."""
+                last_tensor, last_plan = self._last_inplace
+                if last_plan is not plan or last_tensor() is not tensor:
+                    self._last_inplace = (weakref.ref(tensor), plan)
                     return
                 self._release_held()
-                transport = self.transport
-                self._held = (tensor, plan,
-                              prepared_sendrecv(transport, src[theirs], peer, incoming, peer),
-                              prepared_sendrecv(transport, src[mine], peer, src[theirs], peer))
+                made = []
+                try:        # an optimization: a transport that cannot prepare is not one
+                    for send, recv in ((src[theirs], incoming), (src[mine], src[theirs])):
+                        made.append(prepared_sendrecv(self.transport, send, peer, recv, peer))
+                except Exception:  # noqa: BLE001 - the general way goes on working
+                    for run in made:
+                        release_sendrecv(self.transport, run)
+                    return
+                self._held = (tensor, plan, made[0], made[1])
         else:
             first, second = plan.views
             block = plan.views[self.rank]
@@ -321,6 +335,7 @@ class Communicator:
                         src = tensor if flat else tensor.reshape(-1)
                         held = self._held
                         if inplace and held[0] is tensor and held[1] is plan:
+                            self._last_inplace = NO_CALL    # (another tensor's row ends)
                             held[2]()       # the far half out, the peer's near half in
                             if positional:
                                 ufunc(src[mine], incoming, src[mine])

@@ -334,9 +334,10 @@ class Checks(Tally):
     def repeated_large(self) -> int:
         """Large allreduces called again and again (from the second call on, two ranks
         take a quick way when each half fits in a ring chunk): in place and not, flat and
-        shaped, ops with and without a final division, a strided tensor on one rank only
-        (it takes the general way, sending the same messages), and a mismatch after
-        success, which every rank reports alike."""
+        shaped, every kind of op (a positional or a keyword out, a final division or a
+        scale), a strided tensor on one rank only (it takes the general way, sending the
+        same messages), tensors reduced in place again and again, alone or taking turns,
+        and a mismatch after success, which every rank reports alike."""
         hvd, r, p = self.hvd, self.rank, self.size
         f64 = np.dtype(np.float64)
         n = 20005       # 156 KiB: the ring; halves large enough for single-copy reads
@@ -351,10 +352,16 @@ class Checks(Tally):
             self.ok(same is x, "repeated large allreduce_ returns its argument")
             self.equal(x, self.reduced(make, n, f64, np.minimum).reshape(5, -1),
                        f"large in-place min call {salt}")
+            got = hvd.allreduce(make(r, n, f64), op=hvd.Max, name="big.max")
+            self.equal(got, self.reduced(make, n, f64, np.maximum), f"large max call {salt}")
             got = hvd.allreduce(make(r, n, f64).reshape(-1, 5), name="big.average")
             self.ok(got.shape == (n // 5, 5) and np.allclose(
                 got, self.reduced(make, n, f64, np.add).reshape(-1, 5) / p),
                 f"large average call {salt}")
+            got = hvd.allreduce(make(r, n, f64), op=hvd.Sum, name="big.scaled",
+                                postscale_factor=0.5)
+            self.equal(got, self.reduced(make, n, f64, np.add) * 0.5,
+                       f"large postscaled sum call {salt}")
             grid = np.zeros((n, 2), f64)
             grid[:, 0] = make(r, n, f64)
             column = grid[:, 0] if r == 0 else grid[:, 0].copy()
@@ -362,18 +369,7 @@ class Checks(Tally):
             self.equal(column, self.reduced(make, n, f64, np.add),
                        f"large sum in place, strided on rank 0, call {salt}")
             self.ok(not grid[:, 1].any(), "a strided large allreduce_ leaves the gaps")
-        # One tensor again and again in place (from its second call in a row two ranks
-        # keep its exchanges prepared), then another taking its place, then the first on
-        # another name and back: each result from fresh data.
-        first, second = np.empty(n, f64), np.empty(n, f64)
-        turns = [(first, "big.held")] * 4 + [(second, "big.held")] * 3 + \
-            [(first, "big.sum"), (first, "big.held"), (first, "big.held")]
-        for call, (x, name) in enumerate(turns):
-            x[...] = self.values(r, n, f64, call)
-            same = hvd.allreduce_(x, op=hvd.Sum, name=name)
-            self.ok(same is x, "a held allreduce_ returns its argument")
-            self.equal(x, self.reduced(lambda k, m, d, s=call: self.values(k, m, d, s), n,
-                                       f64, np.add), f"one tensor in place again, call {call}")
+        self.held()
         if p == 1:
             return self.count
         counts = [n + (k == 1) for k in range(p)]
@@ -385,6 +381,33 @@ class Checks(Tally):
         got = hvd.allreduce(self.values(r, n, f64), op=hvd.Sum, name="big.sum")
         self.equal(got, self.reduced(self.values, n, f64, np.add), "large after a mismatch")
         return self.count
+
+    def held(self) -> None:
+        """Tensors reduced in place again and again (from the second call in a row with
+        one tensor, two ranks keep its exchanges prepared), with each kind of op; two
+        taking turns (the held one keeps its exchanges, the other goes the general way);
+        another taking the first's place; the first on another name and back. Halves of
+        80 KiB and of 40 KiB (on tcp, single-copy reads and the shared-memory rings).
+        Each call reduces fresh data."""
+        hvd, r, p = self.hvd, self.rank, self.size
+        f64 = np.dtype(np.float64)
+        first, second, small = np.empty(20005, f64), np.empty(20005, f64), np.empty(10002, f64)
+        add, low = (hvd.Sum, np.add), (hvd.Min, np.minimum)
+        turns = [(first, "big.held", add)] * 4 + [(second, "big.held.min", low)] * 3 + \
+            [(small, "big.held.average", (hvd.Average, np.add))] * 3 + \
+            [(first, "big.held", add), (second, "big.held.min", low)] * 2 + \
+            [(second, "big.held", add)] * 2 + \
+            [(first, "big.sum", add), (first, "big.held", add), (first, "big.held", add)]
+        for call, (x, name, (op, ufunc)) in enumerate(turns):
+            x[...] = self.values(r, len(x), f64, call)
+            same = hvd.allreduce_(x, op=op, name=name)
+            self.ok(same is x, "a held allreduce_ returns its argument")
+            want = self.reduced(lambda k, m, d, s=call: self.values(k, m, d, s), len(x), f64,
+                                ufunc)
+            if op == hvd.Average:
+                self.ok(np.allclose(x, want / p), f"one tensor averaged again, call {call}")
+            else:
+                self.equal(x, want, f"one tensor in place again ({name}), call {call}")
 
     def run_all(self) -> int:
         self.allreduce()

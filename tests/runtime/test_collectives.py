@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import queue
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 import pytest
 
+from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.collectives import Communicator
 from tests.runtime.adapter import CommunicatorAPI
 from tests.runtime.checks import Checks
-from tests.runtime.threads import run_ranks
+from tests.runtime.threads import QueueTransport, in_threads, run_ranks
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
@@ -30,3 +36,62 @@ def test_repeated_large_allreduces_with_whole_halves_in_one_chunk(size: int) -> 
     results = run_ranks(size, body, chunk_bytes=2 << 20)
     assert len(set(results)) == 1 and results[0][0] > 10
     assert results[0][1:] == (size == 2, size == 2)
+
+
+class PreparingTransport(QueueTransport):
+    """A queue transport with prepared exchanges, counting those of large buffers: made,
+    run and released."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.made = self.runs = self.released = 0
+        self.live: set[Callable[[], None]] = set()
+
+    def prepare_sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any,
+                         source: int) -> Callable[[], None]:
+        large = memoryview(sendbuf).nbytes >= 64 << 10
+
+        def run() -> None:
+            self.runs += large
+            self.sendrecv(sendbuf, dest, recvbuf, source)
+
+        if large:
+            self.made += 1
+            self.live.add(run)
+        return run
+
+    def release_sendrecv(self, run: Callable[[], None]) -> None:
+        self.live.remove(run)
+        self.released += 1
+
+
+def test_a_tensor_reduced_in_place_again_and_again_keeps_its_exchanges_prepared() -> None:
+    """Two ranks prepare a tensor's two ring exchanges at its second in-place call in a
+    row on the quick ring (a signature's first call takes the general way) and run them
+    from the next; a tensor taking turns with the held one neither
+    takes its place nor makes new ones; one tensor at most is held; forgetting the
+    plans releases it."""
+    queues: dict = {(a, b): queue.Queue() for a in range(2) for b in range(2)}
+    ranks = [PreparingTransport(r, 2, queues) for r in range(2)]
+
+    def body(rank: int) -> list[tuple[int, int, int, int]]:
+        t = ranks[rank]
+        comm = Communicator(t, 2 << 20)
+        a, b = np.empty(20005), np.empty(20005)
+        counts = []
+        for call, (x, name) in enumerate([(a, "a")] * 5 + [(b, "b"), (a, "a")] * 3
+                                         + [(b, "b")] * 2):
+            x[...] = np.arange(len(x)) + rank + call
+            comm.allreduce(x, ReduceOp.SUM, name=name, inplace=True)
+            assert np.array_equal(x, 2 * np.arange(len(x)) + 1 + 2 * call), (rank, call)
+            counts.append((t.made, t.runs, t.released, len(t.live)))
+        for k in range(1030):               # more signatures than the plans kept
+            comm.allreduce(np.ones(1), ReduceOp.SUM, name=f"small.{k}")
+        counts.append((t.made, t.runs, t.released, len(t.live)))
+        return counts
+
+    for counts in in_threads(2, body, timeout=60):
+        assert counts[4] == (2, 4, 0, 2)                # A made at call 3, run at 4 and 5
+        assert counts[10] == (2, 10, 0, 2)              # B taking turns: A runs on
+        assert counts[12] == (4, 10, 2, 2)              # B twice in a row: B takes over
+        assert counts[-1] == (4, 10, 4, 0)              # the plans forgotten: released

@@ -21,11 +21,11 @@ from tests.runtime.checks import Checks
 
 def prepared_against_plain(transport: object, rank: int) -> int:
     """Two ranks swap fixed buffers again and again, rank 0 by a prepared exchange and
-    rank 1 by plain sendrecv: small ones (through the rings on tcp) and large ones
-    (announced by descriptors on tcp): whichever way a side takes, the other understands
+    rank 1 by plain sendrecv: small ones (through the rings on tcp, up to 64 KiB) and
+    large ones (announced by descriptors on tcp): whichever way a side takes, the other understands
     it. Returns the exchanges checked."""
     peer, checked = 1 - rank, 0
-    for nbytes in (256, 80 << 10, 1 << 20):
+    for nbytes in (256, 40 << 10, 80 << 10, 1 << 20):
         send, recv = np.empty(nbytes, np.uint8), np.empty(nbytes, np.uint8)
         swap = prepared_sendrecv(transport, send, peer, recv, peer) if rank == 0 else \
             partial(transport.sendrecv, send, peer, recv, peer)  # type: ignore[attr-defined]
@@ -47,7 +47,8 @@ def main() -> None:
         checks = Checks(CommunicatorAPI(comm))
         checks.repeated()
         count = checks.repeated_large()
-        quick = ",".join(sorted(name for name in comm._inline if name.startswith("big.")))
+        quick = ",".join(sorted(name for name in comm._inline
+                                if name and name.startswith("big.")))
         held = "one tensor held" if comm._held[0] is not None else "none held"
         if job.size == 2:
             count += prepared_against_plain(comm.transport, job.rank)
