@@ -15,6 +15,9 @@ round's time is the slowest rank's mean per call):
   prepared   the ring's two exchanges alone, as MPI persistent requests, and the add;
   mpi4py     the same ring written directly in mpi4py: Sendrecv, numpy.add, Sendrecv;
   native     the MPI library's MPI_Allreduce.
+
+``prepared`` and ``mpi4py`` move each half in one message: where a half is larger than
+the ring's chunk (GCURUN_CHUNK_BYTES, 2 MiB), gcurun's ring moves it in chunks instead.
 """
 
 from __future__ import annotations

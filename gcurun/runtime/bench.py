@@ -87,8 +87,8 @@ def run(argv: Sequence[str]) -> str:
         pool = aligned_empty(max(sizes) // 4 + 1, np.float32)
         # Whole passes over the sizes, so that the repeats of one size are far apart in
         # time and a noisy spell of the machine spoils at most one of them.
-        passes = [[measure_size(job, pool, n, args.rounds, args.seconds) for n in sizes]
-                  for _ in range(max(1, args.repeat))]
+        passes = [[measure_size(job, pool, n, args.rounds, args.seconds, index)
+                   for n in sizes] for index in range(max(1, args.repeat))]
         rows = [best_row([one[i] for one in passes]) for i in range(len(sizes))]
     finally:
         for close in job.closers:
@@ -168,7 +168,7 @@ def _tcp_transport(env: RuntimeEnv, mpi_comm: Any) -> tuple[Any, Callable[[], No
 
 
 def measure_size(job: Job, pool: np.ndarray, nbytes: int, rounds: int,
-                 seconds: float) -> Row:
+                 seconds: float, pass_index: int = 0) -> Row:
     if nbytes <= 64 * KIB:
         # Short calls: more, shorter rounds, so that some of them miss the machine's noise.
         rounds, seconds = rounds * 4, seconds / 4
@@ -182,7 +182,7 @@ def measure_size(job: Job, pool: np.ndarray, nbytes: int, rounds: int,
         variants["native"] = _native(job.mpi_comm, buf)
     iterations = {name: _iterations(job, fn, seconds) for name, fn in variants.items()}
     best = {name: float("inf") for name in variants}
-    for order in turns(list(variants), rounds, seed=nbytes):
+    for order in turns(list(variants), rounds, seed=pass_index << 40 | nbytes):
         for name in order:
             best[name] = min(best[name], _timed(job, variants[name], iterations[name]))
     return Row(count * 4, best)
