@@ -55,9 +55,8 @@ def main(argv: list[str]) -> None:
     buf = aligned_empty(count, np.float32)
     chunk = communicator.scratch.chunk_len(buf.dtype)
     tmp = aligned_empty(max(chunk, count), np.float32)
-    peer, half = 1 - comm.Get_rank(), (count + 1) // 2
-    mine, theirs = (slice(0, half), slice(half, None)) if peer else \
-        (slice(half, None), slice(0, half))
+    peer = 1 - comm.Get_rank()
+    mine, theirs, mine_len = alg.pair_halves(count, comm.Get_rank())
     exchange = communicator.negotiator.exchange
 
     def ring() -> None:
@@ -67,7 +66,7 @@ def main(argv: list[str]) -> None:
         exchange()
         ring()
 
-    incoming = tmp[:len(buf[mine])]           # the peer's copy of our half
+    incoming = tmp[:mine_len]                 # the peer's copy of our half
     near, far = buf[mine], buf[theirs]
     there = prepared_sendrecv(transport, far, peer, incoming, peer)
     back = prepared_sendrecv(transport, near, peer, far, peer)

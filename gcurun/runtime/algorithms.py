@@ -88,10 +88,9 @@ def ring_allreduce(t: Transport, send: np.ndarray, out: np.ndarray, ufunc: np.uf
     if t.size == 2 and len(send) <= 2 * len(tmp):
         # The same two messages as the general ring below, without its bookkeeping (it
         # is a noticeable part of a 4 MiB allreduce's time).
-        peer, half = 1 - t.rank, (len(send) + 1) // 2
-        mine, theirs = (slice(0, half), slice(half, None)) if peer else \
-            (slice(half, None), slice(0, half))
-        incoming = tmp[:half if peer else len(send) - half]
+        peer = 1 - t.rank
+        mine, theirs, mine_len = pair_halves(len(send), t.rank)
+        incoming = tmp[:mine_len]
         t.sendrecv(send[theirs], peer, incoming, peer)
         ufunc(send[mine], incoming, out=out[mine])
         t.sendrecv(out[mine], peer, out[theirs], peer)
@@ -104,6 +103,16 @@ def ring_allreduce(t: Transport, send: np.ndarray, out: np.ndarray, ufunc: np.uf
 
     ring_reduce_scatter(t, send, segments, ufunc, acc_of, tmp)
     ring_allgather(t, out, segments)
+
+
+def pair_halves(count: int, rank: int) -> tuple[slice, slice, int]:
+    """The ring of two ranks over ``count`` elements: (the half ``rank`` reduces, the half
+    its peer reduces, the length of the first). Rank 0 takes the first, larger half, as
+    :func:`even_counts` would."""
+    half = (count + 1) // 2
+    if rank == 0:
+        return slice(0, half), slice(half, None), half
+    return slice(half, None), slice(0, half), count - half
 
 
 def gather_allreduce(t: Transport, send: np.ndarray, out: np.ndarray, ufunc: np.ufunc,

@@ -279,10 +279,8 @@ class Communicator:
         if ring:
             sendrecv, peer = self.transport.sendrecv, 1 - self.rank
             count = math.prod(shape)
-            half = (count + 1) // 2
-            mine, theirs = (slice(0, half), slice(half, None)) if peer else \
-                (slice(half, None), slice(0, half))
-            incoming = self.scratch.chunk(dtype)[:half if peer else count - half]
+            mine, theirs, mine_len = alg.pair_halves(count, self.rank)
+            incoming = self.scratch.chunk(dtype)[:mine_len]
             flat = len(shape) == 1
 
             def hold(tensor: np.ndarray, src: np.ndarray) -> None:
@@ -333,22 +331,21 @@ class Communicator:
                         negotiator.raise_disagreement(request)
                     if ring:
                         src = tensor if flat else tensor.reshape(-1)
+                        out = src if inplace else aligned_empty(count, dtype)
                         held = self._held
-                        if inplace and held[0] is tensor and held[1] is plan:
+                        on_held = inplace and held[0] is tensor and held[1] is plan
+                        if on_held:
                             self._last_inplace = NO_CALL    # (another tensor's row ends)
                             held[2]()       # the far half out, the peer's near half in
-                            if positional:
-                                ufunc(src[mine], incoming, src[mine])
-                            else:
-                                ufunc(src[mine], incoming, out=src[mine])
+                        else:
+                            sendrecv(src[theirs], peer, incoming, peer)
+                        if positional:
+                            ufunc(src[mine], incoming, out[mine])
+                        else:
+                            ufunc(src[mine], incoming, out=out[mine])
+                        if on_held:
                             held[3]()       # the near half out, the far half in
                         else:
-                            out = src if inplace else aligned_empty(count, dtype)
-                            sendrecv(src[theirs], peer, incoming, peer)
-                            if positional:
-                                ufunc(src[mine], incoming, out[mine])
-                            else:
-                                ufunc(src[mine], incoming, out=out[mine])
                             sendrecv(out[mine], peer, out[theirs], peer)
                             if inplace:
                                 hold(tensor, src)
@@ -413,10 +410,7 @@ class Communicator:
             except (PeerFailureError, CollectiveTimeout) as exc:
                 raise self._failed(exc, plan.request) from None
             if views:
-                if plan.plain and not inplace:    # the common case, spelled out
-                    out = plan.ufunc(views[0], views[1])
-                else:
-                    out = _reduce_views(plan, tensor, inplace)
+                out = reduce_views(plan, tensor, inplace)
         finally:
             lock.release()
         if plan.finish:
@@ -579,17 +573,16 @@ class Communicator:
         return f"root_rank={root!r} is not a rank of this job; use 0..{self.size - 1}"
 
 
-def _reduce_views(plan: _Prepared, tensor: np.ndarray, inplace: bool) -> np.ndarray:
-    """Reduce the inline data of every rank, in rank order."""
+def reduce_views(plan: Any, tensor: np.ndarray, inplace: bool) -> np.ndarray:
+    """Every rank's inline data (``plan.views``, shaped like ``tensor``) reduced with
+    ``plan.ufunc`` in rank order: into ``tensor`` in place, else into a new array. Two
+    ranks and a result of at least one dimension (``plan.plain``) take one ufunc call
+    that makes the result (the common case of a tiny allreduce's latency)."""
     views = plan.views
-    if len(views) == 1:
-        return tensor if inplace else tensor.copy()
-    if inplace or not tensor.ndim:      # (a 0-d result would come back as a scalar)
-        out = plan.ufunc(views[0], views[1], out=tensor if inplace else np.empty_like(tensor))
-    else:
-        out = plan.ufunc(views[0], views[1])
-    for view in views[2:]:
-        plan.ufunc(out, view, out=out)
+    if plan.plain and not inplace:
+        return plan.ufunc(views[0], views[1])
+    out = tensor if inplace else np.empty_like(views[0])
+    alg.reduce_blocks(plan.ufunc, views, out)
     return out
 
 

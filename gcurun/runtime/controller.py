@@ -48,7 +48,7 @@ from gcurun.runtime.api import (
     Transport,
 )
 from gcurun.runtime.cache import ResponseCache
-from gcurun.runtime.collectives import _finish_reduction
+from gcurun.runtime.collectives import _finish_reduction, reduce_views
 from gcurun.runtime.dtypes import DTYPE_CODES, NO_DTYPE, UFUNCS
 from gcurun.runtime.negotiate import OpKind, prepared_sendrecv
 from gcurun.runtime.requests import (
@@ -103,7 +103,7 @@ class InlinePlan:
     postscale) small enough to ride in the block, worked out once for the quick cycle."""
 
     __slots__ = ("name", "key", "rop", "ufunc", "postscale", "finish", "views", "mine",
-                 "plain", "shape", "dtype", "agreed")
+                 "plain", "agreed")
 
     def __init__(self, name: str, key: tuple, rop: ReduceOp, postscale: float,
                  views: list[np.ndarray], rank: int):
@@ -115,9 +115,8 @@ class InlinePlan:
         self.finish = rop == ReduceOp.AVERAGE or postscale != 1.0
         self.views = views              # every rank's inline data, shaped like the tensor
         self.mine = views[rank]
-        self.shape, self.dtype = views[rank].shape, views[rank].dtype
         # Two ranks and a result of at least one dimension: one ufunc call makes it.
-        self.plain = len(views) == 2 and len(self.shape) > 0
+        self.plain = len(views) == 2 and self.mine.ndim > 0
         self.agreed: Agreed | None = None   # the cached agreement last found to match
 
 
@@ -326,9 +325,8 @@ class Controller:
         code = DTYPE_CODES.get(tensor.dtype, NO_DTYPE)
         key = match_key(OpKind.ALLREDUCE, code, tuple(tensor.shape), int(rop), -1, 1.0,
                         float(postscale), -1)
-        views = [self.gathered[start:start + tensor.nbytes].view(tensor.dtype)
-                 .reshape(tensor.shape)
-                 for start in range(HEAD_BYTES, len(self.gathered), self.width)]
+        views = [block.reshape(tensor.shape)
+                 for block in self.inline_blocks(tensor.dtype, tensor.size)]
         return InlinePlan(name, key, rop, float(postscale), views, self.rank)
 
     def quick_slot(self, plan: InlinePlan) -> int:
@@ -381,11 +379,7 @@ class Controller:
 
     def quick_result(self, plan: InlinePlan, tensor: np.ndarray, inplace: bool) -> np.ndarray:
         """The reduction of the blocks a successful :meth:`quick_exchange` gathered."""
-        if plan.plain and not inplace:
-            out = plan.ufunc(plan.views[0], plan.views[1])
-        else:
-            out = tensor if inplace else np.empty(plan.shape, plan.dtype)
-            alg.reduce_blocks(plan.ufunc, plan.views, out)
+        out = reduce_views(plan, tensor, inplace)
         if plan.finish:
             _finish_reduction(out, plan.rop, self.size, plan.postscale)
         return out
