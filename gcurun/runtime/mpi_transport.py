@@ -138,8 +138,9 @@ class MPITransport:
                   source: int) -> None:
         send_bytes = 0 if sendbuf is None else sendbuf.nbytes
         recv_bytes = 0 if recvbuf is None else recvbuf.nbytes
-        if send_bytes > PIECE_BYTES or recv_bytes > PIECE_BYTES:
-            self._transfer_pieces(sendbuf, dest, recvbuf, source)
+        if send_bytes > PIECE_BYTES or recv_bytes > PIECE_BYTES:     # in several messages
+            self.sendrecv_parts([] if sendbuf is None else [sendbuf], dest,
+                                [] if recvbuf is None else [recvbuf], source)
             return
         comm, byte = self.comm, self._byte
         try:
@@ -158,15 +159,6 @@ class MPITransport:
         except self._mpi.Exception as exc:
             raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
                                    f"{source if recv_bytes else dest}: {exc}") from None
-
-    def _transfer_pieces(self, sendbuf: Buffer | None, dest: int, recvbuf: Buffer | None,
-                         source: int) -> None:
-        send = memoryview(sendbuf).cast("B") if sendbuf is not None else memoryview(b"")
-        recv = memoryview(recvbuf).cast("B") if recvbuf is not None else memoryview(
-            bytearray())
-        for start in range(0, max(len(send), len(recv)), PIECE_BYTES):
-            stop = start + PIECE_BYTES
-            self._transfer(send[start:stop], dest, recv[start:stop], source)
 
     def _wait(self, requests: list, peers: list[int]) -> None:
         """Poll until done: spin (lowest latency), then yield the CPU to other ranks of an

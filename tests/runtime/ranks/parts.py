@@ -5,7 +5,8 @@ own way (some empty, each a separate allocation, like a model's tensors), and re
 its left neighbour's message into pieces cut as that neighbour cuts it: small messages
 (through the rings or sockets) and large ones (single-copy reads), one piece or more
 than one system call takes. The mpi transport then runs again with messages limited to
-4 KiB, so that large pieces go as several messages. Last, on tcp, each side of an exchange
+4 KiB, so that large pieces, and large single buffers sent by ``sendrecv``, go as
+several messages. Last, on tcp, each side of an exchange
 moves single buffers or pieces, through the calls that take the quick large exchange
 (``TCPTransport._swapper``) between two ranks that read each other, or through the
 general path alone: the quick way must understand both shapes and a peer on the
@@ -103,8 +104,15 @@ def main() -> None:
         mixed(tcp, rank, size, index, nbytes, max(pieces, 3))
         checked += 1
     mpi_transport.PIECE_BYTES = 4096
+    mpi = job.communicators["mpi"].transport
     for index, (nbytes, pieces) in enumerate(CASES):
-        exchange(job.communicators["mpi"].transport, rank, size, index, nbytes, pieces)
+        exchange(mpi, rank, size, index, nbytes, pieces)
+        checked += 1
+    right, left = (rank + 1) % size, (rank - 1) % size
+    for nbytes, _ in CASES:     # single buffers through sendrecv, over the limit too
+        got = np.zeros(nbytes, np.uint8)
+        mpi.sendrecv(pattern(rank, nbytes), right, got, left)  # type: ignore[attr-defined]
+        assert np.array_equal(got, pattern(left, nbytes)), ("single", nbytes)
         checked += 1
     for close in job.closers:
         close()
