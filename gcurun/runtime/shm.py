@@ -70,14 +70,6 @@ class Ring:
         words[HEAD] = head + count            # publish after the data is stored
         return count
 
-    def write_all(self, src: memoryview) -> bool:
-        """Copy all of ``src`` if it fits (else nothing); return whether it did."""
-        words = self._words
-        if self._capacity - (words[HEAD] - words[TAIL]) < len(src):
-            return False
-        self.write(src)
-        return True
-
     def writable(self) -> bool:
         words = self._words
         return words[HEAD] - words[TAIL] < self._capacity
