@@ -14,7 +14,7 @@ def run_engines(size: int, body: Callable[[Engine], Any], timeout: float = 30.0,
                 **env: Any) -> tuple[list[Any], list[QueueTransport]]:
     """Run ``body(engine)`` on ``size`` thread ranks, each with its own engine; return
     the results in rank order (re-raising a rank's exception) and the transports."""
-    ranks = transports(size)
+    ranks = transports(size, QueueTransport)
     settings = RuntimeEnv(**{"timeout_seconds": 10.0, "cycle_time_ms": 1.0, **env})
 
     def rank_main(rank: int) -> Any:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import queue
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +13,7 @@ from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.collectives import Communicator
 from tests.runtime.adapter import CommunicatorAPI
 from tests.runtime.checks import Checks
-from tests.runtime.threads import QueueTransport, in_threads, run_ranks
+from tests.runtime.threads import QueueTransport, in_threads, run_ranks, transports
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
@@ -71,8 +70,7 @@ def test_a_tensor_reduced_in_place_again_and_again_keeps_its_exchanges_prepared(
     from the next; a tensor taking turns with the held one neither
     takes its place nor makes new ones; one tensor at most is held; forgetting the
     plans releases it."""
-    queues: dict = {(a, b): queue.Queue() for a in range(2) for b in range(2)}
-    ranks = [PreparingTransport(r, 2, queues) for r in range(2)]
+    ranks = transports(2, PreparingTransport)
 
     def body(rank: int) -> list[tuple[int, int, int, int]]:
         t = ranks[rank]

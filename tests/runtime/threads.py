@@ -6,7 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -64,11 +64,15 @@ class QueueTransport:
         pass
 
 
-def transports(size: int) -> list[QueueTransport]:
-    """The transports of ``size`` thread ranks, joined by one queue per pair."""
+Q = TypeVar("Q", bound=QueueTransport)
+
+
+def transports(size: int, kind: type[Q]) -> list[Q]:
+    """The transports (of ``kind``) of ``size`` thread ranks, joined by one queue per
+    pair."""
     queues: dict[tuple[int, int], queue.Queue] = {
         (a, b): queue.Queue() for a in range(size) for b in range(size)}
-    return [QueueTransport(r, size, queues) for r in range(size)]
+    return [kind(r, size, queues) for r in range(size)]
 
 
 def in_threads(size: int, rank_main: Callable[[int], Any], timeout: float) -> list[Any]:
@@ -99,5 +103,5 @@ def run_ranks(size: int, body: Callable[[Communicator], Any], chunk_bytes: int =
               timeout: float = 30.0) -> list[Any]:
     """Run ``body(communicator)`` on ``size`` thread ranks; return their results in rank
     order, re-raising the first exception a rank raised."""
-    ranks = transports(size)
+    ranks = transports(size, QueueTransport)
     return in_threads(size, lambda rank: body(Communicator(ranks[rank], chunk_bytes)), timeout)
