@@ -100,7 +100,7 @@ def start(backend: str | None) -> None:
 
         from mpi4py import MPI
 
-        from gcurun.runtime.rendezvous import RendezvousServer, new_secret
+        from gcurun.rendezvous.server import RendezvousServer, new_secret
 
         comm = MPI.COMM_WORLD
         rank, size = comm.Get_rank(), comm.Get_size()

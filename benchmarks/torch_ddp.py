@@ -55,7 +55,7 @@ def spawn(args: argparse.Namespace, argv: list[str]) -> int:
     """Start ``--np`` ranks of this script the way gcurun's launcher does: a rendezvous
     served from here, the rank variables, torch's MASTER_ADDR/MASTER_PORT."""
     sys.path.insert(0, str(ROOT))
-    from gcurun.runtime.rendezvous import RendezvousServer, new_secret
+    from gcurun.rendezvous.server import RendezvousServer, new_secret
 
     secret = new_secret()
     with RendezvousServer("127.0.0.1", 0, secret=secret, size=args.np) as server:

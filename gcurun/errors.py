@@ -111,3 +111,11 @@ class JobInterrupted(GcurunError):
 
 class CollectiveError(GcurunError):
     """A collective failed: mismatched tensors between ranks, a dead peer, a timeout."""
+
+
+class PeerFailureError(CollectiveError):
+    """A peer died, closed its connections, or the job was aborted."""
+
+
+class CollectiveTimeout(CollectiveError):
+    """No progress from a peer within the configured timeout."""

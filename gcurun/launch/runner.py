@@ -95,7 +95,7 @@ def job_rendezvous(plan: LaunchPlan) -> Iterator[dict[str, str]]:
     if plan.launcher == "mpi" or plan.size < 2:
         yield {}
         return
-    from gcurun.runtime.rendezvous import RendezvousServer, new_secret
+    from gcurun.rendezvous.server import RendezvousServer, new_secret
 
     secret = new_secret()
     if all(r.is_local for r in plan.ranks):
@@ -112,7 +112,7 @@ def job_rendezvous(plan: LaunchPlan) -> Iterator[dict[str, str]]:
 
 def _any_address_server(secret: bytes, size: int):  # -> RendezvousServer
     """A rendezvous on every address of this host: dual-stack IPv6 where it exists."""
-    from gcurun.runtime.rendezvous import RendezvousServer
+    from gcurun.rendezvous.server import RendezvousServer
 
     try:
         server = RendezvousServer("::", 0, secret=secret, size=size)

@@ -4,7 +4,7 @@ Horovod's basics and collectives on numpy arrays (or any object with the buffer 
 over the ``mpi``, ``tcp`` or single-process backend, chosen by :func:`init`.
 
 The names below load on first use, so that the launcher can import
-``gcurun.runtime.rendezvous`` without paying for numpy.
+``gcurun.rendezvous`` without paying for numpy.
 """
 
 from __future__ import annotations

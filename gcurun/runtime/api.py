@@ -11,7 +11,7 @@ import enum
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from gcurun.errors import CollectiveError
+from gcurun.errors import CollectiveError, CollectiveTimeout, PeerFailureError
 
 # Anything exporting the buffer protocol, C-contiguous (numpy arrays, memoryviews, bytearrays).
 Buffer = Any
@@ -92,9 +92,5 @@ class ArgumentError(CollectiveError, ValueError):
     """
 
 
-class PeerFailureError(CollectiveError):
-    """A peer died, closed its connections, or the job was aborted."""
-
-
-class CollectiveTimeout(CollectiveError):
-    """No progress from a peer within the configured timeout."""
+__all__ = ["ArgumentError", "Buffer", "CollectiveError", "CollectiveTimeout", "MismatchError",
+           "NotInitializedError", "PeerFailureError", "ReduceOp", "Transport"]

@@ -140,7 +140,7 @@ def _tcp_transport(env: RuntimeEnv, mpi_comm: Any) -> tuple[Any, Callable[[], No
     else:
         import socket
 
-        from gcurun.runtime.rendezvous import RendezvousServer, new_secret
+        from gcurun.rendezvous.server import RendezvousServer, new_secret
 
         rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
         if rank == 0:

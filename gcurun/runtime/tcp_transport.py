@@ -2,7 +2,7 @@
 
 - Every rank listens on TCP (on its address on the route to the rendezvous) and, for
   peers of the same host, on an abstract Unix socket; the lower rank of a pair connects,
-  on first use. Each connection starts with the HMAC handshake of :mod:`gcurun.runtime.wire`;
+  on first use. Each connection starts with the HMAC handshake of :mod:`gcurun.rendezvous.wire`;
   strangers and garbage are logged and dropped without disturbing the job.
 - Between ranks of one host, bytes travel through shared-memory rings
   (:mod:`gcurun.runtime.shm`), and a large message as a 16-byte descriptor: the receiver
@@ -31,11 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from gcurun.runtime import shm, wire
+from gcurun.rendezvous import wire
+from gcurun.rendezvous.client import RendezvousClient
+from gcurun.runtime import shm
 from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
 from gcurun.runtime.cma import CrossMemory, Extent, address_of
 from gcurun.runtime.links import Link, Mover
-from gcurun.runtime.rendezvous_client import RendezvousClient
 
 log = logging.getLogger("gcurun.runtime.tcp")
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gcurun.runtime.rendezvous import RendezvousServer, new_secret
+from gcurun.rendezvous.server import RendezvousServer, new_secret
 from tests.helpers import ROOT
 
 RANK_SCRIPTS = Path(__file__).resolve().parent / "ranks"

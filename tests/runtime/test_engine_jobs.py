@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gcurun.runtime.rendezvous import RendezvousServer
+from gcurun.rendezvous.server import RendezvousServer
 from gcurun.runtime.timeline_summary import read_trace, summarize
 from tests.helpers import run_gcurun, wait_for
 from tests.runtime.jobs import MPIRUN, RANK_SCRIPTS, run_job, run_tcp

@@ -18,7 +18,7 @@ def test_importing_the_runtime_does_not_start_mpi() -> None:
 
 
 def test_the_launcher_imports_the_rendezvous_without_numpy() -> None:
-    code = ("import sys; from gcurun.runtime.rendezvous import RendezvousServer, new_secret; "
+    code = ("import sys; from gcurun.rendezvous.server import RendezvousServer, new_secret; "
             "print('numpy' in sys.modules, len(new_secret()))")
     done = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True,
                           text=True, timeout=60)

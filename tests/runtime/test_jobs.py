@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gcurun.runtime import wire
-from gcurun.runtime.rendezvous import RendezvousServer
+from gcurun.rendezvous import wire
+from gcurun.rendezvous.server import RendezvousServer
 from gcurun.runtime.tcp_transport import CONNECT_EXTRA, PEER_LABEL
 from tests.helpers import ROOT, wait_for
 from tests.runtime.jobs import MPIRUN, run_job, run_local, run_tcp

@@ -226,7 +226,7 @@ def _mpi_transport(ranks: list[int], state: Any) -> Any:
 def _rendezvous_of(process_set: ProcessSet, state: Any) -> tuple[tuple[str, int], bytes]:
     """The set's lowest rank serves a rendezvous for it; every rank of the job learns
     where (a collective over the job)."""
-    from gcurun.runtime.rendezvous import RendezvousServer, new_secret
+    from gcurun.rendezvous.server import RendezvousServer, new_secret
 
     assert process_set.ranks is not None
     hosts = JOB.allgather_object(_hostname(state), "gcurun.process_set.hosts")

@@ -12,10 +12,10 @@ from collections.abc import Callable
 import pytest
 
 from gcurun.errors import LaunchError
-from gcurun.runtime import wire
+from gcurun.rendezvous import wire
+from gcurun.rendezvous.client import RendezvousClient
+from gcurun.rendezvous.server import LABEL, RendezvousServer, new_secret
 from gcurun.runtime.api import PeerFailureError
-from gcurun.runtime.rendezvous import LABEL, RendezvousServer, new_secret
-from gcurun.runtime.rendezvous_client import RendezvousClient
 from tests.helpers import wait_for
 
 SECRET = new_secret()
@@ -81,7 +81,7 @@ def test_every_rank_learns_every_address(server_factory) -> None:
 
 
 def test_a_wrong_secret_is_refused_logged_and_harmless(server_factory, caplog) -> None:
-    caplog.set_level(logging.WARNING, "gcurun.runtime.rendezvous")
+    caplog.set_level(logging.WARNING, "gcurun.rendezvous")
     server = server_factory(1)
     intruder = client(server, secret=b"a secret of another job")
     with pytest.raises(PeerFailureError, match="refused this rank"):
@@ -95,7 +95,7 @@ def test_a_wrong_secret_is_refused_logged_and_harmless(server_factory, caplog) -
 
 
 def test_garbage_bytes_are_refused_logged_and_harmless(server_factory, caplog) -> None:
-    caplog.set_level(logging.WARNING, "gcurun.runtime.rendezvous")
+    caplog.set_level(logging.WARNING, "gcurun.rendezvous")
     server = server_factory(2)
     with socket.create_connection(server.address, timeout=5) as junk:
         junk.sendall(os.urandom(300))
@@ -108,7 +108,7 @@ def test_garbage_bytes_are_refused_logged_and_harmless(server_factory, caplog) -
 
 def test_a_silent_connection_is_dropped_after_the_handshake_timeout(server_factory,
                                                                      caplog) -> None:
-    caplog.set_level(logging.WARNING, "gcurun.runtime.rendezvous")
+    caplog.set_level(logging.WARNING, "gcurun.rendezvous")
     server = server_factory(1, handshake_timeout=0.3)
     with socket.create_connection(server.address, timeout=5) as silent:
         wait_for("the refusal in the log", logged(caplog, "no valid handshake within 0.3 s"))
@@ -118,7 +118,7 @@ def test_a_silent_connection_is_dropped_after_the_handshake_timeout(server_facto
 
 
 def test_an_oversized_frame_is_refused(server_factory, caplog) -> None:
-    caplog.set_level(logging.WARNING, "gcurun.runtime.rendezvous")
+    caplog.set_level(logging.WARNING, "gcurun.rendezvous")
     server = server_factory(1)
     with socket.create_connection(server.address, timeout=5) as sock:
         deadline = time.monotonic() + 5

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gcurun.errors import LaunchError
-from gcurun.runtime import wire
-from gcurun.runtime.wire import new_secret
+from gcurun.rendezvous import wire
+from gcurun.rendezvous.wire import new_secret
 
 __all__ = ["RendezvousServer", "new_secret"]
 
-log = logging.getLogger("gcurun.runtime.rendezvous")
+log = logging.getLogger("gcurun.rendezvous")
 
 LABEL = b"gcurun-rendezvous"
 ANSWER_BYTES = wire.NONCE_BYTES + wire.MAC_BYTES

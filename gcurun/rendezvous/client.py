@@ -1,4 +1,4 @@
-"""A rank's side of the rendezvous (see :mod:`gcurun.runtime.rendezvous`)."""
+"""A rank's side of the rendezvous (see :mod:`gcurun.rendezvous.server`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gcurun.runtime import wire
-from gcurun.runtime.api import CollectiveTimeout, PeerFailureError
-from gcurun.runtime.rendezvous import LABEL
+from gcurun.errors import CollectiveTimeout, PeerFailureError
+from gcurun.rendezvous import wire
+from gcurun.rendezvous.server import LABEL
 
 
 class RendezvousClient:
