@@ -61,7 +61,7 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
 def make_plan(command: Sequence[str], settings: Settings, params: Mapping[str, Any],
               environ: Mapping[str, str]) -> LaunchPlan:
     from gcurun.config.resolve import runtime_environment
-    from gcurun.hosts.local import probe_local_names
+    from gcurun.hosts.locality import probe_local_names
     from gcurun.launch.plan import build_plan
 
     hosts = settings.hosts or (HostSpec("localhost", slots=settings.np or 1),)

@@ -1,6 +1,6 @@
 """Pure parsing of where ranks run: host specs, hostfiles, Slurm hostlists, topology.
 
-The parsers live in their own modules (``specs``, ``hostfile``, ``hostlist``, ``local``);
+The parsers live in their own modules (``specs``, ``hostfile``, ``hostlist``, ``locality``);
 they are named here so callers can write ``from gcurun.hosts import parse_host_specs``.
 """
 
@@ -15,11 +15,11 @@ _EXPORTS = {
     "canonical_host": "item",
     "collapse_hostlist": "hostlist",
     "expand_hostlist": "hostlist",
-    "is_local_host": "local",
-    "local_hosts": "local",
+    "is_local_host": "locality",
+    "local_hosts": "locality",
     "parse_host_specs": "specs",
     "parse_hostfile": "hostfile",
-    "probe_local_names": "local",
+    "probe_local_names": "locality",
     "read_hostfile": "hostfile",
     "total_slots": "specs",
 }

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
-from gcurun.hosts.local import is_local_host
+from gcurun.hosts.locality import is_local_host
 from gcurun.launch.api import LauncherName, LaunchPlan, RankSpec
 from gcurun.launch.environment import rank_environment
 

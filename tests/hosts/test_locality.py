@@ -6,7 +6,7 @@ import psutil
 import pytest
 
 from gcurun.hosts.api import HostSpec
-from gcurun.hosts.local import (
+from gcurun.hosts.locality import (
     is_local_host,
     local_hosts,
     local_names_from,
