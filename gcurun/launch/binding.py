@@ -16,7 +16,7 @@ ranks placed on it, ``--bind-to`` and ``--map-by`` in, one
   arithmetic; with oversubscription allowed it is a warning and ranks share cores.
 
 A binding is applied when the rank starts: :func:`bound_argv` prefixes the command with
-numactl, or with the stdlib-only :mod:`gcurun.launch.bind_exec` where numactl is missing.
+numactl, or with the stdlib-only :mod:`gcurun.launch.remote.bind_exec` where numactl is missing.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from gcurun.errors import PlanError
 from gcurun.hosts.topology import Topology, format_cpulist
-from gcurun.launch import bind_exec
 from gcurun.launch.api import Binding, LaunchPlan, RankSpec
+from gcurun.launch.remote import bind_exec
 
 BIND_TO_VALUES = ("none", "core", "socket", "numa")
 MAP_BY_VALUES = ("slot", "numa", "socket")

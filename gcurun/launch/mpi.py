@@ -5,7 +5,7 @@ Intel MPI apart from ``mpirun --version``; :func:`build_mpirun_command` turns a 
 settings into the exact argv (with the hostfile it names). The flavour is probed once
 with :func:`probe_mpi_flavour`.
 
-Every rank runs :mod:`gcurun.launch.mpi_shim` first, which turns the launcher's own
+Every rank runs :mod:`gcurun.launch.remote.mpi_shim` first, which turns the launcher's own
 variables into gcurun's rank environment; the job-wide part of the plan's environment
 travels on the command line (``-x``/``-genv``). Variables whose name marks a secret never
 do: their values go into mpirun's own environment and only their names are exported.
@@ -24,7 +24,7 @@ from typing import Literal
 from gcurun.config.api import Settings, SSHSettings
 from gcurun.errors import LaunchError, UsageError
 from gcurun.launch.api import LaunchPlan
-from gcurun.launch.environment import GCURUN_PREFIX, HOROVOD_PREFIX, RANK_FACTS
+from gcurun.launch.remote.rank_env import GCURUN_PREFIX, HOROVOD_PREFIX, RANK_FACTS
 
 MPIKind = Literal["openmpi", "mpich", "intel"]
 
@@ -36,7 +36,7 @@ PER_RANK_VARIABLES = frozenset(
 _SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)", re.I)
 # Open MPI 4 and 5 both accept host:slots lists; longer lists go to a hostfile.
 MAX_INLINE_HOSTS = 8
-SHIM_MODULE = "gcurun.launch.mpi_shim"
+SHIM_MODULE = "gcurun.launch.remote.mpi_shim"
 
 
 @dataclass(frozen=True)

@@ -222,8 +222,8 @@ class MpiRankGroup:
 
 
 def guarded(argv: list[str], grace_seconds: float) -> list[str]:
-    """``argv`` run under :mod:`gcurun.launch.mpi_guard` (by file path, this interpreter)."""
-    from gcurun.launch import mpi_guard
+    """``argv`` run under :mod:`gcurun.launch.remote.mpi_guard` (by file path, this interpreter)."""
+    from gcurun.launch.remote import mpi_guard
 
     return [sys.executable, os.path.abspath(mpi_guard.__file__), str(grace_seconds), "--",
             *argv]

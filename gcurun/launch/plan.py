@@ -8,7 +8,7 @@ from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.locality import is_local_host
 from gcurun.launch.api import LauncherName, LaunchPlan, RankSpec
-from gcurun.launch.environment import rank_environment
+from gcurun.launch.remote.rank_env import rank_environment
 
 DEFAULT_LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 LOOPBACK = "127.0.0.1"

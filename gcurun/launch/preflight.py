@@ -20,14 +20,14 @@ from typing import Any
 
 from gcurun import __version__
 from gcurun.errors import SSHConnectError
-from gcurun.launch.bootstrap import HELLO_PREFIX
 from gcurun.launch.hostkeys import KnownHostEntry, read_known_hosts
+from gcurun.launch.remote.bootstrap import HELLO_PREFIX
 from gcurun.launch.sshconfig import SSHTarget
 from gcurun.launch.sshconnect import Connection, Deadline, HostFailure, connect
 
 log = logging.getLogger("gcurun.ssh")
 
-BOOTSTRAP_MODULE = "gcurun.launch.bootstrap"
+BOOTSTRAP_MODULE = "gcurun.launch.remote.bootstrap"
 VERSION_PROBE = "import gcurun,sys;sys.stdout.write(gcurun.__version__)"
 MAX_NOISE = 64 * 1024   # bytes a login shell may print before the hello line
 MAX_PARALLEL = 128      # hosts connected to at once

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from gcurun.config.api import Settings
 from gcurun.errors import LaunchError
 from gcurun.launch.api import Event, LaunchPlan, RankGroup
-from gcurun.launch.environment import RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.launch.output import OutputSink
+from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.launch.supervise import InterruptEvent, supervise
 
 # Launcher name -> function making the rank groups of a plan. Executors register here;

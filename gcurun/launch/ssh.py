@@ -1,5 +1,5 @@
 """The SSH executor: the ranks of each remote host run under one bootstrap (see
-:mod:`gcurun.launch.bootstrap`), started by the preflight over that host's one connection.
+:mod:`gcurun.launch.remote.bootstrap`), started by the preflight over that host's one connection.
 
 The job (argv, environment, secrets, binding per rank) travels on the bootstrap's stdin;
 output and exits come back as frames on its stdout and become events on the supervisor's
@@ -28,15 +28,6 @@ from gcurun.launch.api import (
     OutputEvent,
     RankSpec,
 )
-from gcurun.launch.bootstrap import (
-    ERROR,
-    EXIT,
-    STARTED,
-    STREAM_KINDS,
-    FrameReader,
-    encode_message,
-)
-from gcurun.launch.environment import RENDEZVOUS_VARIABLE
 from gcurun.launch.preflight import (
     HostSession,
     PreflightProgress,
@@ -44,6 +35,15 @@ from gcurun.launch.preflight import (
     drain_stderr,
     preflight,
 )
+from gcurun.launch.remote.bootstrap import (
+    ERROR,
+    EXIT,
+    STARTED,
+    STREAM_KINDS,
+    FrameReader,
+    encode_message,
+)
+from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE
 from gcurun.launch.sshconfig import resolve_targets
 
 log = logging.getLogger("gcurun.ssh")

@@ -28,7 +28,7 @@ def test_dry_run_shows_the_exact_mpirun_command():
     argv = json.loads(res.stdout)["mpirun"]["argv"]
     joined = " ".join(argv)
     assert argv[0] == "mpirun" and argv[-6:] == [sys.executable, "-m",
-                                                 "gcurun.launch.mpi_shim", "--", "bash",
+                                                 "gcurun.launch.remote.mpi_shim", "--", "bash",
                                                  "run.sh"]
     assert "-np 2 -H localhost:2 --map-by numa --bind-to numa --output tag" in joined
     assert "--mca btl_tcp_if_include lo --prtemca oob_tcp_if_include lo" in joined

@@ -51,7 +51,7 @@ def bootstraps(cluster) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if "gcurun.launch.bootstrap" in " ".join(p.info["cmdline"] or ()) and \
+            if "gcurun.launch.remote.bootstrap" in " ".join(p.info["cmdline"] or ()) and \
                     os.stat(f"/proc/{p.pid}/ns/net").st_ino in inodes:
                 found.append(p)
         except OSError:

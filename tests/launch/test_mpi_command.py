@@ -83,7 +83,7 @@ def command(name, settings=SETTINGS, is_root=True, **kw):
 JOB = ("FOO=bar GCURUN_BIND_TO=numa 'GCURUN_DEVICES=0,1;0,1' "
        "GCURUN_DEVICE_VAR=TOPS_VISIBLE_DEVICES GCURUN_MPI_HOSTS=a,b GCURUN_MPI_SLOTS=2,2 "
        "MASTER_ADDR=a MASTER_PORT=29555 PYTHONUNBUFFERED=1")
-TAIL = "--mca pml ob1 /usr/bin/python3 -m gcurun.launch.mpi_shim -- bash run.sh"
+TAIL = "--mca pml ob1 /usr/bin/python3 -m gcurun.launch.remote.mpi_shim -- bash run.sh"
 
 
 def xs(flag):

@@ -15,7 +15,7 @@ from gcurun.launch.output import OutputSink
 from gcurun.launch.ssh import SSHRankGroup
 from gcurun.launch.supervise import supervise
 from tests.helpers import wait_for
-from tests.launch.bootstrap_pipe import pipe_session
+from tests.launch.remote.bootstrap_pipe import pipe_session
 
 
 def spec(rank, *argv, env=None, binding=None):

@@ -1,4 +1,4 @@
-"""The rank-side shim of MPI launches: ``python -m gcurun.launch.mpi_shim -- CMD ARGS...``.
+"""The rank-side shim of MPI launches: ``python -m gcurun.launch.remote.mpi_shim -- CMD ARGS...``.
 
 mpirun starts every rank with one environment. This shim runs first on each rank, reads
 who the rank is from the MPI launcher's variables, sets gcurun's rank environment
@@ -32,7 +32,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gcurun.launch.environment import rank_environment
+from gcurun.launch.remote.rank_env import rank_environment
 
 EXIT_USAGE = 2
 _SOURCES = (
@@ -185,7 +185,7 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        sys.stderr.write("usage: python -m gcurun.launch.mpi_shim -- COMMAND [ARG...]\n")
+        sys.stderr.write("usage: python -m gcurun.launch.remote.mpi_shim -- COMMAND [ARG...]\n")
         sys.exit(EXIT_USAGE)
     try:
         os.environ.update(shim_environment(os.environ, socket.gethostname(),

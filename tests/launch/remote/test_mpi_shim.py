@@ -13,13 +13,13 @@ import pytest
 from gcurun.config.api import Settings
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.mpi import job_environment, layout_environment
-from gcurun.launch.mpi_shim import (
+from gcurun.launch.plan import build_plan
+from gcurun.launch.remote.mpi_shim import (
     ShimError,
     launcher_identity,
     shim_environment,
     slurm_tasks_on_node,
 )
-from gcurun.launch.plan import build_plan
 from tests.helpers import ROOT
 
 HOSTS = (HostSpec("a", slots=4), HostSpec("b", slots=2, devices=("4", "5")),
@@ -130,7 +130,7 @@ def run_shim(*cmd, extra=None):
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **ompi_vars(1, 2, 1, 2),
            "GCURUN_DEVICE_VAR": "TOPS_VISIBLE_DEVICES", "GCURUN_DEVICES": "6,7",
            **(extra or {})}
-    return subprocess.run([sys.executable, "-m", "gcurun.launch.mpi_shim", "--", *cmd],
+    return subprocess.run([sys.executable, "-m", "gcurun.launch.remote.mpi_shim", "--", *cmd],
                           capture_output=True, text=True, env=env, timeout=60)
 
 

@@ -1,4 +1,4 @@
-"""The remote side of the SSH executor: ``python -m gcurun.launch.bootstrap``.
+"""The remote side of the SSH executor: ``python -m gcurun.launch.remote.bootstrap``.
 
 One bootstrap runs per remote host and job, started over one SSH channel. It speaks on
 that channel only, so nothing of a rank's environment or any secret ever appears on a

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from gcurun.launch import mpi_guard
+from gcurun.launch.remote import mpi_guard
 from tests.helpers import survivors, wait_for
 
 GUARD = mpi_guard.__file__

@@ -11,7 +11,8 @@ import psutil
 import pytest
 
 from gcurun import __version__
-from gcurun.launch.bootstrap import (
+from gcurun.launch.preflight import parse_hello
+from gcurun.launch.remote.bootstrap import (
     ERROR,
     EXIT,
     MAX_MESSAGE,
@@ -28,9 +29,8 @@ from gcurun.launch.bootstrap import (
     rank_environment,
     spawn_failure,
 )
-from gcurun.launch.preflight import parse_hello
 from tests.helpers import survivors, wait_for
-from tests.launch.bootstrap_pipe import PipeChannel, read_frames
+from tests.launch.remote.bootstrap_pipe import PipeChannel, read_frames
 
 
 def test_frames_survive_any_split_of_the_stream():

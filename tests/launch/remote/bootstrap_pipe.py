@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gcurun.launch.bootstrap import FrameReader
 from gcurun.launch.preflight import Hello, parse_hello
+from gcurun.launch.remote.bootstrap import FrameReader
 from tests.helpers import ROOT
 
 
@@ -23,7 +23,7 @@ class PipeChannel:
     def __init__(self, python: str = sys.executable) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
-            [python, "-m", "gcurun.launch.bootstrap"], stdin=subprocess.PIPE,
+            [python, "-m", "gcurun.launch.remote.bootstrap"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.timeout: float | None = None
         self._stderr = b""
