@@ -13,9 +13,9 @@ from gcurun.errors import LaunchError
 from gcurun.launch.api import Event, ExitEvent, OutputEvent, RankSpec, Stream
 from gcurun.launch.process import stop_processes
 
-# A rank that exited while a grandchild still holds its pipes open is reported after this
-# many seconds; the grandchild's output keeps streaming.
-PIPE_DRAIN_SECONDS = 2.0
+# A rank that exited while a grandchild still holds its pipes open is reported after
+# PIPE_DRAIN_SECONDS; the grandchild's output keeps streaming.
+from gcurun.launch.remote.bootstrap import PIPE_DRAIN_SECONDS, merged_environment
 
 
 def pump(pipe, rank: int, stream: Stream, events: queue.Queue[Event]) -> None:
@@ -70,7 +70,7 @@ class LocalRankGroup:
         cannot be started (a missing program, a bad working directory)."""
         for spec in self._ranks:
             argv = list(self._argv_for(spec))
-            env = {**self._base_env, **spec.env, **self._extra_env}
+            env = merged_environment(self._base_env, spec.env, self._extra_env)
             try:
                 proc = subprocess.Popen(
                     argv, env=env, cwd=self._workdir, stdin=subprocess.DEVNULL,

@@ -8,7 +8,6 @@ real cause; when any host fails, every connection is closed and nothing has star
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import shlex
@@ -21,30 +20,20 @@ from typing import Any
 from gcurun import __version__
 from gcurun.errors import SSHConnectError
 from gcurun.launch.hostkeys import KnownHostEntry, read_known_hosts
-from gcurun.launch.remote.bootstrap import HELLO_PREFIX
+from gcurun.launch.remote import bootstrap
+from gcurun.launch.remote.protocol import Hello, parse_hello
 from gcurun.launch.sshconfig import SSHTarget
 from gcurun.launch.sshconnect import Connection, Deadline, HostFailure, connect
 
 log = logging.getLogger("gcurun.ssh")
 
-BOOTSTRAP_MODULE = "gcurun.launch.remote.bootstrap"
+BOOTSTRAP_MODULE = bootstrap.__name__
 VERSION_PROBE = "import gcurun,sys;sys.stdout.write(gcurun.__version__)"
 MAX_NOISE = 64 * 1024   # bytes a login shell may print before the hello line
 MAX_PARALLEL = 128      # hosts connected to at once
 # A host whose preflight thread is stuck where no socket timeout reaches (a name lookup,
 # a ProxyCommand) is declared timed out this long after its own deadline.
 OVERDUE_SLACK = 2.0
-
-
-@dataclass(frozen=True)
-class Hello:
-    """What a bootstrap says about itself when it starts."""
-
-    version: str
-    protocol: int
-    hostname: str
-    python: str
-    pid: int
 
 
 @dataclass(frozen=True)
@@ -81,18 +70,6 @@ class PreflightResult:
     def close(self) -> None:
         for s in self.sessions.values():
             s.close()
-
-
-def parse_hello(line: bytes) -> Hello | None:
-    """The hello line of a bootstrap, or None when ``line`` is not one."""
-    if not line.startswith(HELLO_PREFIX):
-        return None
-    try:
-        info = json.loads(line[len(HELLO_PREFIX):])
-        return Hello(str(info["version"]), int(info["protocol"]), str(info["hostname"]),
-                     str(info["python"]), int(info["pid"]))
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 def bootstrap_command(python: str) -> str:

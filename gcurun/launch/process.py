@@ -1,7 +1,8 @@
 """Stopping process groups: SIGTERM, a deadline on a monotonic clock, SIGKILL, reaping.
 
-Shared by every executor that owns local processes (local ranks, mpirun, the remote
-bootstrap's own logic mirrors it).
+Shared by every executor that owns local processes (local ranks, mpirun). Signalling a
+group is :func:`gcurun.launch.remote.mpi_guard.signal_group`, shared with the remote
+programs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import signal
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
+
+from gcurun.launch.remote.mpi_guard import signal_group
 
 if TYPE_CHECKING:
     import psutil
@@ -24,14 +27,6 @@ def descendants(pid: int) -> list[psutil.Process]:
         return psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
-
-
-def signal_group(pgid: int, signum: int) -> None:
-    """Send ``signum`` to a whole process group, ignoring one that is already gone."""
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def stop_processes(pids: Sequence[int], grace_seconds: float) -> None:

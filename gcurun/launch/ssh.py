@@ -35,16 +35,10 @@ from gcurun.launch.preflight import (
     drain_stderr,
     preflight,
 )
-from gcurun.launch.remote.bootstrap import (
-    ERROR,
-    EXIT,
-    STARTED,
-    STREAM_KINDS,
-    FrameReader,
-    encode_message,
-)
+from gcurun.launch.remote.protocol import ERROR, EXIT, STARTED, STREAM_KINDS, FrameReader
 from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE
 from gcurun.launch.sshconfig import resolve_targets
+from gcurun.rendezvous.wire import encode_frame
 
 log = logging.getLogger("gcurun.ssh")
 
@@ -82,6 +76,7 @@ class SSHRankGroup:
     def job_message(self) -> dict[str, Any]:
         """What the bootstrap is told: everything about the ranks, nothing on argv."""
         return {
+            "op": "job",
             "workdir": self._workdir,
             "kill_grace": self._kill_grace,
             "secrets": self._secrets,
@@ -95,7 +90,7 @@ class SSHRankGroup:
                 return
             self.session.channel.settimeout(None)
             try:
-                self.session.channel.sendall(encode_message(self.job_message()))
+                self.session.channel.sendall(encode_frame(self.job_message()))
             except OSError as exc:
                 self._error = f"lost the SSH connection to {self.host} while sending the job: " \
                               f"{exc}"
@@ -113,7 +108,7 @@ class SSHRankGroup:
         if first and reader.is_alive():
             with contextlib.suppress(OSError, EOFError):
                 self.session.channel.sendall(
-                    encode_message({"op": "terminate", "grace": grace_seconds}))
+                    encode_frame({"op": "terminate", "grace": grace_seconds}))
         reader.join(grace_seconds + TERMINATE_SLACK)
         if reader.is_alive():
             self.session.close()

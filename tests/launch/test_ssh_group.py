@@ -50,7 +50,7 @@ def test_job_message_carries_env_secrets_and_binding(session):
     group = SSHRankGroup(session, [spec(0, "a", binding=Binding((2, 3), 1, True))],
                          workdir="/w", secrets={"GCURUN_SECRET": "x"}, kill_grace=4.0)
     assert group.job_message() == {
-        "workdir": "/w", "kill_grace": 4.0, "secrets": {"GCURUN_SECRET": "x"},
+        "op": "job", "workdir": "/w", "kill_grace": 4.0, "secrets": {"GCURUN_SECRET": "x"},
         "ranks": [{"rank": 0, "argv": ["a"], "env": {"GCURUN_RANK": "0"},
                    "binding": {"cpus": [2, 3], "numa_node": 1, "mem_bind": True}}]}
 

@@ -7,6 +7,7 @@ The fallback for hosts without numactl, run by file path so it needs neither gcu
 
 The affinity is set before ``exec``, so every thread the command starts inherits it.
 Memory placement is left to the kernel's first-touch policy (numactl does --membind).
+The home of exec'ing a rank's command: the MPI shim imports :func:`exec_command` from here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,25 @@ from __future__ import annotations
 import os
 import signal
 import sys
+
+
+def restore_signals() -> None:
+    """Undo what Python set up before exec: it ignores SIGPIPE and SIGXFSZ, and exec keeps
+    ignored signals ignored, which would break pipelines like ``yes | head``."""
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
+def exec_command(argv: list[str], who: str = "gcurun") -> None:
+    """Become ``argv`` with default signal dispositions; on failure, exit 127 (no such
+    program) or 126 (cannot run it) with a message that starts with ``who``."""
+    restore_signals()
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        sys.stderr.write(f"{who}: cannot run {argv[0]!r}: {exc.strerror}\n")
+        sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
 
 
 def exec_bound(cpus: set[int], argv: list[str]) -> None:
@@ -24,14 +44,7 @@ def exec_bound(cpus: set[int], argv: list[str]) -> None:
         sys.stderr.write(f"gcurun: cannot bind to CPUs {sorted(cpus)}: {exc.strerror}; "
                          "they must be online and allowed to this process\n")
         sys.exit(126)
-    for name in ("SIGPIPE", "SIGXFSZ"):   # Python ignores them; exec would keep that
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_DFL)
-    try:
-        os.execvp(argv[0], argv)
-    except OSError as exc:
-        sys.stderr.write(f"gcurun: cannot run {argv[0]!r}: {exc.strerror}\n")
-        sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
+    exec_command(argv)
 
 
 def main(args: list[str]) -> None:

@@ -7,8 +7,8 @@ command line:
 1. It writes a hello line (``GCURUN-BOOTSTRAP {json}``) with its gcurun version, host name
    and interpreter, then waits. The launcher checks every host this way before any rank
    starts; closing the channel now makes the bootstrap exit having started nothing.
-2. It reads the job from stdin: one message (4-byte big-endian length, then JSON) with the
-   working directory, each rank's argv, environment and binding, and the secret variables.
+2. It reads the job from stdin: one ``job`` message (:mod:`.protocol`) with the working
+   directory, each rank's argv, environment and binding, and the secret variables.
 3. It starts each rank in its own session (its own process group), with stdin from
    /dev/null, and relays its stdout and stderr as frames on its own stdout, then the exit
    code or signal. A rank's exit frame follows all of its output.
@@ -16,103 +16,47 @@ command line:
    The end of stdin means the launcher or its connection is gone: every rank's group is
    stopped the same way, so no rank outlives a dead launcher.
 
-Stdlib only: it runs on hosts where nothing but the interpreter and gcurun can be assumed.
+Stdlib only (with gcurun's stdlib-only modules): it runs on hosts where nothing but the
+interpreter and gcurun can be assumed.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import selectors
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-HELLO_PREFIX = b"GCURUN-BOOTSTRAP "
-PROTOCOL = 1
-
-# Frames from the bootstrap: kind (1 byte), rank (signed 32 bits), length (32 bits), payload.
-FRAME_HEADER = struct.Struct(">BiI")
-STARTED, STDOUT, STDERR, EXIT, ERROR = 1, 2, 3, 4, 5
-STREAM_KINDS = {STDOUT: "stdout", STDERR: "stderr"}
-# Messages to the bootstrap: length (32 bits), JSON.
-MESSAGE_HEADER = struct.Struct(">I")
-MAX_MESSAGE = 64 * 1024 * 1024
+from gcurun.launch.remote.mpi_guard import death_signal_setter, signal_group
+from gcurun.launch.remote.protocol import (
+    ERROR,
+    EXIT,
+    STARTED,
+    STDERR,
+    STDOUT,
+    MessageReader,
+    hello_line,
+    pack_frame,
+)
+from gcurun.rendezvous.wire import WireError
 
 # After a rank exits, output still held in its pipes by a grandchild is awaited this long.
 PIPE_DRAIN_SECONDS = 2.0
 DEFAULT_KILL_GRACE = 3.0
 POLL_SECONDS = 0.05
-_PR_SET_PDEATHSIG = 1
 
 
-def encode_frame(kind: int, rank: int, payload: bytes = b"") -> bytes:
-    return FRAME_HEADER.pack(kind, rank, len(payload)) + payload
-
-
-def encode_message(message: Mapping[str, Any]) -> bytes:
-    data = json.dumps(message, separators=(",", ":")).encode()
-    return MESSAGE_HEADER.pack(len(data)) + data
-
-
-class FrameReader:
-    """Cuts a byte stream into complete ``(kind, rank, payload)`` frames."""
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes) -> Iterator[tuple[int, int, bytes]]:
-        self._buffer += data
-        size = FRAME_HEADER.size
-        while len(self._buffer) >= size:
-            kind, rank, length = FRAME_HEADER.unpack_from(self._buffer)
-            if len(self._buffer) < size + length:
-                return
-            payload = bytes(self._buffer[size:size + length])
-            del self._buffer[:size + length]
-            yield kind, rank, payload
-
-    @property
-    def pending(self) -> int:
-        return len(self._buffer)
-
-
-class MessageReader:
-    """Cuts a byte stream into length-prefixed JSON messages."""
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes) -> Iterator[dict[str, Any]]:
-        self._buffer += data
-        size = MESSAGE_HEADER.size
-        while len(self._buffer) >= size:
-            (length,) = MESSAGE_HEADER.unpack_from(self._buffer)
-            if length > MAX_MESSAGE:
-                raise ValueError(f"message of {length} bytes exceeds {MAX_MESSAGE}")
-            if len(self._buffer) < size + length:
-                return
-            data_ = bytes(self._buffer[size:size + length])
-            del self._buffer[:size + length]
-            yield json.loads(data_)
-
-
-def hello_line(version: str) -> bytes:
-    info = {"protocol": PROTOCOL, "version": version, "hostname": socket.gethostname(),
-            "python": sys.executable, "pid": os.getpid()}
-    return HELLO_PREFIX + json.dumps(info).encode() + b"\n"
-
-
-def rank_environment(base: Mapping[str, str], rank_env: Mapping[str, str],
-                     secrets: Mapping[str, str]) -> dict[str, str]:
-    """The login environment, then the rank's variables, then the secrets."""
+def merged_environment(base: Mapping[str, str], rank_env: Mapping[str, str],
+                       secrets: Mapping[str, str]) -> dict[str, str]:
+    """A rank's environment: the login (or launcher's) environment, then the rank's
+    variables, then the secrets."""
     return {**base, **rank_env, **secrets}
 
 
@@ -130,15 +74,10 @@ def binding_argv(argv: Sequence[str], binding: Mapping[str, Any] | None,
 def child_setup(cpus: Sequence[int] | None) -> Callable[[], None]:
     """What a rank's child process does before exec: die with the bootstrap (so even a
     killed bootstrap leaves no rank behind) and take its CPUs."""
-    try:
-        libc: Any = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        prctl = None
+    die_with_parent = death_signal_setter(signal.SIGKILL)
 
     def setup() -> None:
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        die_with_parent()
         if cpus:
             os.sched_setaffinity(0, cpus)
 
@@ -198,7 +137,11 @@ class Bootstrap:
             if not data:
                 return None
             for message in self.messages.feed(data):
-                return message
+                if message["op"] == "job":
+                    return message
+                self.obey(iter([message]))   # a terminate before the job: run nothing
+                if self.kill_at is not None:
+                    return None
 
     # -- ranks --------------------------------------------------------------------------
     def start(self, job: Mapping[str, Any]) -> bool:
@@ -209,13 +152,13 @@ class Bootstrap:
             try:
                 os.chdir(workdir)
             except OSError as exc:
-                self.send(encode_frame(ERROR, -1, (
+                self.send(pack_frame(ERROR, -1, (
                     f"cannot change to working directory '{workdir}' on {self.hostname}: "
                     f"{exc.strerror}; create it there or pass another --workdir").encode()))
                 return False
         secrets = job.get("secrets", {})
         for spec in job["ranks"]:
-            self.spawn(spec, rank_environment(os.environ, spec["env"], secrets))
+            self.spawn(spec, merged_environment(os.environ, spec["env"], secrets))
         return True
 
     def spawn(self, spec: Mapping[str, Any], env: dict[str, str]) -> None:
@@ -228,11 +171,11 @@ class Bootstrap:
                 preexec_fn=child_setup((binding or {}).get("cpus")))
         except (OSError, subprocess.SubprocessError) as exc:
             code, why = spawn_failure(argv[0], exc, env.get("PATH", ""), self.hostname)
-            self.send(encode_frame(EXIT, rank, json.dumps(
+            self.send(pack_frame(EXIT, rank, json.dumps(
                 {"exit_code": code, "signal": None, "error_text": why}).encode()))
             return
         r = self.ranks[rank] = Rank(rank, proc)
-        self.send(encode_frame(STARTED, rank, str(proc.pid).encode()))
+        self.send(pack_frame(STARTED, rank, str(proc.pid).encode()))
         for pipe, kind in ((proc.stdout, STDOUT), (proc.stderr, STDERR)):
             assert pipe is not None
             fd = pipe.fileno()
@@ -317,7 +260,7 @@ class Bootstrap:
         except OSError:
             data = b""
         if data:
-            self.send(encode_frame(r.pipes[fd], r.rank, data))
+            self.send(pack_frame(r.pipes[fd], r.rank, data))
         else:
             self.close_pipe(r, fd)
 
@@ -325,7 +268,7 @@ class Bootstrap:
         kind = r.pipes.pop(fd)
         self.selector.unregister(fd)
         os.close(fd)
-        self.send(encode_frame(kind, r.rank))  # empty: the stream ended
+        self.send(pack_frame(kind, r.rank))  # empty: the stream ended
 
     def reap(self, r: Rank) -> None:
         if r.proc.poll() is None:
@@ -342,7 +285,7 @@ class Bootstrap:
         code = r.proc.returncode
         result = {"exit_code": None, "signal": -code} if code < 0 else \
             {"exit_code": code, "signal": None}
-        self.send(encode_frame(EXIT, r.rank, json.dumps(result).encode()))
+        self.send(pack_frame(EXIT, r.rank, json.dumps(result).encode()))
         r.reported = True
 
     def control(self) -> None:
@@ -362,13 +305,6 @@ class Bootstrap:
         for message in messages:
             if message.get("op") == "terminate":
                 self.stop(float(message.get("grace", self.kill_grace)))
-
-
-def signal_group(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def drain(fd: int) -> None:
@@ -399,7 +335,7 @@ def main() -> int:
     try:
         boot.send(hello_line(__version__))
         job = boot.read_job()
-    except (OSError, ValueError):
+    except (OSError, WireError):
         return 1
     if job is None:
         return 0   # the launcher closed the channel after its checks: nothing to run

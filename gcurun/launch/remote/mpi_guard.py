@@ -9,7 +9,8 @@ the session: SIGTERM, ``GRACE`` seconds, SIGKILL. mpirun alone would leave the r
 children behind, and it can miss ranks it was still launching.
 
 It exits with mpirun's status (re-raising the signal that killed mpirun). Standard library
-only; run by file path.
+only; run by file path. The home of process-group signalling: the bootstrap and the
+launcher import :func:`signal_group` and :func:`death_signal_setter` from here.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 _stopping: float | None = None     # monotonic time the stop was requested
+_PR_SET_PDEATHSIG = 1
 
 
 def _on_stop(signum: int, _frame: object) -> None:
@@ -29,13 +32,25 @@ def _on_stop(signum: int, _frame: object) -> None:
         _stopping = time.monotonic()
 
 
-def _parent_death_signal() -> None:
-    try:
-        import ctypes
+def death_signal_setter(signum: int) -> Callable[[], None]:
+    """A function that makes the process calling it get ``signum`` when its parent dies
+    (Linux's PR_SET_PDEATHSIG; elsewhere it does nothing). prctl is looked up now, so
+    the function is safe to call between fork and exec."""
+    import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass   # not Linux: gcurun's own terminate still stops the job
+        return lambda: None
+    return lambda: prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    """Send ``signum`` to a whole process group, ignoring one that is already gone."""
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def session_processes(sid: int) -> list[tuple[int, int]]:
@@ -64,7 +79,7 @@ def signal_session(sid: int, signum: int) -> bool:
             if pgrp == os.getpgrp():
                 os.kill(pid, signum)
             else:
-                os.killpg(pgrp, signum)
+                signal_group(pgrp, signum)
         except OSError:
             continue
     return bool(procs)
@@ -82,7 +97,7 @@ def sweep(sid: int, deadline: float) -> None:
 def run(grace: float, argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _on_stop)
-    _parent_death_signal()
+    death_signal_setter(signal.SIGTERM)()   # not Linux: gcurun's terminate still stops it
     if os.getppid() == 1:
         _on_stop(signal.SIGTERM, None)   # gcurun died before the guard was ready
     try:

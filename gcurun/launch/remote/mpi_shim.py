@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gcurun.launch.remote.bind_exec import exec_command
 from gcurun.launch.remote.rank_env import rank_environment
 
 EXIT_USAGE = 2
@@ -171,15 +171,6 @@ def shim_environment(env: Mapping[str, str], hostname: str,
     return out
 
 
-def restore_signals() -> None:
-    """Undo what Python (and mpirun's launcher) set up before exec: Python ignores SIGPIPE
-    and SIGXFSZ, and exec keeps ignored signals ignored, which would break pipelines
-    like ``yes | head`` in the rank's command."""
-    for name in ("SIGPIPE", "SIGXFSZ"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_DFL)
-
-
 def main(argv: list[str]) -> None:
     """Set the rank environment and exec ``argv`` (after ``--``); exits on errors."""
     if argv[:1] == ["--"]:
@@ -193,12 +184,7 @@ def main(argv: list[str]) -> None:
     except ShimError as exc:
         sys.stderr.write(f"gcurun mpi shim: {exc}\n")
         sys.exit(EXIT_USAGE)
-    restore_signals()
-    try:
-        os.execvp(argv[0], argv)
-    except OSError as exc:
-        sys.stderr.write(f"gcurun mpi shim: cannot run {argv[0]!r}: {exc.strerror}\n")
-        sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
+    exec_command(argv, "gcurun mpi shim")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gcurun.launch.preflight import Hello, parse_hello
-from gcurun.launch.remote.bootstrap import FrameReader
+from gcurun.launch.remote.protocol import FrameReader, Hello, parse_hello
 from tests.helpers import ROOT
 
 

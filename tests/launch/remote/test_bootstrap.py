@@ -11,24 +11,21 @@ import psutil
 import pytest
 
 from gcurun import __version__
-from gcurun.launch.preflight import parse_hello
-from gcurun.launch.remote.bootstrap import (
+from gcurun.launch.remote.bootstrap import binding_argv, merged_environment, spawn_failure
+from gcurun.launch.remote.protocol import (
     ERROR,
     EXIT,
-    MAX_MESSAGE,
-    MESSAGE_HEADER,
     STARTED,
     STDERR,
     STDOUT,
     FrameReader,
     MessageReader,
-    binding_argv,
-    encode_frame,
-    encode_message,
     hello_line,
-    rank_environment,
-    spawn_failure,
+    pack_frame,
+    parse_hello,
 )
+from gcurun.rendezvous.wire import FRAME, FRAME_LIMIT, WireError
+from gcurun.rendezvous.wire import encode_frame as encode_message
 from tests.helpers import survivors, wait_for
 from tests.launch.remote.bootstrap_pipe import PipeChannel, read_frames
 
@@ -36,7 +33,7 @@ from tests.launch.remote.bootstrap_pipe import PipeChannel, read_frames
 def test_frames_survive_any_split_of_the_stream():
     frames = [(STARTED, 0, b"123"), (STDOUT, 1, b"x" * 70000), (STDERR, 1, b""),
               (EXIT, -1, b'{"exit_code": 0}')]
-    stream = b"".join(encode_frame(*f) for f in frames)
+    stream = b"".join(pack_frame(*f) for f in frames)
     for step in (1, 7, 4096):
         reader = FrameReader()
         got = [f for i in range(0, len(stream), step) for f in reader.feed(stream[i:i + step])]
@@ -45,12 +42,14 @@ def test_frames_survive_any_split_of_the_stream():
 
 
 def test_messages_survive_any_split_and_refuse_oversized_ones():
-    messages = [{"ranks": [], "workdir": "/"}, {"op": "terminate", "grace": 2.5}]
+    messages = [{"op": "job", "ranks": [], "workdir": "/"}, {"op": "terminate", "grace": 2.5}]
     stream = b"".join(encode_message(m) for m in messages)
     reader = MessageReader()
     assert [m for b in stream for m in reader.feed(bytes([b]))] == messages
-    with pytest.raises(ValueError, match="exceeds"):
-        list(MessageReader().feed(MESSAGE_HEADER.pack(MAX_MESSAGE + 1)))
+    with pytest.raises(WireError, match="exceeds"):
+        list(MessageReader().feed(FRAME.pack(FRAME_LIMIT + 1)))
+    with pytest.raises(WireError, match="no 'op'"):
+        list(MessageReader().feed(encode_message({"ranks": []})))
 
 
 def test_hello_line_parses_back():
@@ -62,8 +61,8 @@ def test_hello_line_parses_back():
 
 
 def test_secrets_override_rank_variables_which_override_the_login_environment():
-    env = rank_environment({"PATH": "/bin", "A": "login"}, {"A": "rank", "B": "rank"},
-                           {"B": "secret"})
+    env = merged_environment({"PATH": "/bin", "A": "login"}, {"A": "rank", "B": "rank"},
+                             {"B": "secret"})
     assert env == {"PATH": "/bin", "A": "rank", "B": "secret"}
 
 
@@ -88,8 +87,9 @@ def test_spawn_failures_read_like_a_shell():
 # -- the real bootstrap process ---------------------------------------------------------
 
 def job(ranks, **extra):
-    return {"workdir": extra.pop("workdir", "/"), "kill_grace": extra.pop("kill_grace", 2.0),
-            "secrets": extra.pop("secrets", {}), "ranks": ranks}
+    return {"op": "job", "workdir": extra.pop("workdir", "/"),
+            "kill_grace": extra.pop("kill_grace", 2.0), "secrets": extra.pop("secrets", {}),
+            "ranks": ranks}
 
 
 def rank(r, *argv, env=None, binding=None):
@@ -214,3 +214,9 @@ def test_the_bootstraps_command_line_carries_nothing_of_the_job(boot):
         assert "hush-123" not in " ".join(p.cmdline())
     boot.sendall(encode_message({"op": "terminate", "grace": 1}))
     read_frames(boot)
+
+
+def test_a_terminate_before_the_job_starts_nothing(boot):
+    boot.sendall(encode_message({"op": "terminate", "grace": 1}))
+    assert read_frames(boot) == []
+    assert boot.proc.wait(10) == 0
