@@ -33,7 +33,7 @@ def local_groups(plan: LaunchPlan, settings: Settings,
 def ssh_groups(plan: LaunchPlan, settings: Settings,
                secrets: Mapping[str, str]) -> Sequence[RankGroup]:
     """Remote ranks over SSH (after a preflight of every remote host), local ones here."""
-    from gcurun.launch.ssh import ssh_groups as remote_groups
+    from gcurun.launch.ssh.rank_group import ssh_groups as remote_groups
 
     remote = remote_groups(plan, settings, secrets)
     return [*local_groups(plan, settings, secrets), *remote]

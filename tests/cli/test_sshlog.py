@@ -7,7 +7,7 @@ import io
 import logging
 
 from gcurun.cli.sshlog import PROGRESS_MIN_HOSTS, ssh_reports
-from gcurun.launch.preflight import PreflightProgress
+from gcurun.launch.ssh.preflight import PreflightProgress
 
 
 class Terminal(io.StringIO):

@@ -12,7 +12,7 @@ import pytest
 from gcurun.errors import RanksFailedError
 from gcurun.launch.api import Binding, ExecutorErrorEvent, ExitEvent, OutputEvent, RankSpec
 from gcurun.launch.output import OutputSink
-from gcurun.launch.ssh import SSHRankGroup
+from gcurun.launch.ssh.rank_group import SSHRankGroup
 from gcurun.launch.supervise import supervise
 from tests.helpers import wait_for
 from tests.launch.remote.bootstrap_pipe import pipe_session

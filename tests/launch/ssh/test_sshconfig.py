@@ -9,7 +9,7 @@ import pytest
 from gcurun.config.api import SSHSettings
 from gcurun.errors import UsageError
 from gcurun.hosts.api import HostSpec
-from gcurun.launch.sshconfig import (
+from gcurun.launch.ssh.sshconfig import (
     Hop,
     parse_hop,
     parse_proxy_jump,

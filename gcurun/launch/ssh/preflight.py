@@ -19,11 +19,12 @@ from typing import Any
 
 from gcurun import __version__
 from gcurun.errors import SSHConnectError
-from gcurun.launch.hostkeys import KnownHostEntry, read_known_hosts
 from gcurun.launch.remote import bootstrap
 from gcurun.launch.remote.protocol import Hello, parse_hello
-from gcurun.launch.sshconfig import SSHTarget
-from gcurun.launch.sshconnect import Connection, Deadline, HostFailure, connect
+from gcurun.launch.ssh.api import Connection, Deadline, HostFailure
+from gcurun.launch.ssh.connect import connect
+from gcurun.launch.ssh.hostkeys import KnownHostEntry, read_known_hosts
+from gcurun.launch.ssh.sshconfig import SSHTarget
 
 log = logging.getLogger("gcurun.ssh")
 

@@ -18,7 +18,7 @@ from gcurun.errors import SSHConnectError
 from gcurun.hosts.topology import Topology, TopologyError, parse_topology_json, remote_probe_source
 from gcurun.launch.api import LaunchPlan
 from gcurun.launch.binding import bind_plan
-from gcurun.launch.preflight import HostSession
+from gcurun.launch.ssh.preflight import HostSession
 
 
 def probe_command(python: str) -> str:

@@ -28,16 +28,16 @@ from gcurun.launch.api import (
     OutputEvent,
     RankSpec,
 )
-from gcurun.launch.preflight import (
+from gcurun.launch.remote.protocol import ERROR, EXIT, STARTED, STREAM_KINDS, FrameReader
+from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE
+from gcurun.launch.ssh.preflight import (
     HostSession,
     PreflightProgress,
     PreflightResult,
     drain_stderr,
     preflight,
 )
-from gcurun.launch.remote.protocol import ERROR, EXIT, STARTED, STREAM_KINDS, FrameReader
-from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE
-from gcurun.launch.sshconfig import resolve_targets
+from gcurun.launch.ssh.sshconfig import resolve_targets
 from gcurun.rendezvous.wire import encode_frame
 
 log = logging.getLogger("gcurun.ssh")
@@ -237,7 +237,7 @@ def _bind(plan: LaunchPlan, settings: Settings, result: PreflightResult) -> Laun
     if settings.bind_to == "none":
         return plan
     from gcurun.launch.binding import format_binding_table
-    from gcurun.launch.remote_topology import bind_remote_ranks
+    from gcurun.launch.ssh.remote_topology import bind_remote_ranks
 
     try:
         plan, warnings = bind_remote_ranks(plan, settings, result.sessions)

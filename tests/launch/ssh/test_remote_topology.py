@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from gcurun.errors import SSHConnectError
-from gcurun.launch.remote_topology import probe_command, read_remote_topologies
+from gcurun.launch.ssh.remote_topology import probe_command, read_remote_topologies
 
 
 class BrokenTransport:

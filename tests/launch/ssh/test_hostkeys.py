@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from gcurun.launch.hostkeys import (
+from gcurun.launch.ssh.hostkeys import (
     append_known_host,
     check_host_key,
     fingerprint,

@@ -20,15 +20,16 @@ from gcurun import __version__
 from gcurun.config.api import Settings, SSHSettings
 from gcurun.errors import RanksFailedError, SSHConnectError
 from gcurun.hosts.api import HostSpec
-from gcurun.launch import preflight as preflight_module
 from gcurun.launch.output import OutputSink
 from gcurun.launch.plan import build_plan
-from gcurun.launch.preflight import bootstrap_command, preflight
 from gcurun.launch.runner import run_job
-from gcurun.launch.sshconfig import SSHTarget
-from gcurun.launch.sshconnect import Deadline, HostFailure, connect
+from gcurun.launch.ssh import preflight as preflight_module
+from gcurun.launch.ssh.api import Deadline, HostFailure
+from gcurun.launch.ssh.connect import connect
+from gcurun.launch.ssh.preflight import bootstrap_command, preflight
+from gcurun.launch.ssh.sshconfig import SSHTarget
 from tests.helpers import ROOT, wait_for
-from tests.launch.ssh_server import SSHTestServer, write_key
+from tests.launch.ssh.ssh_server import SSHTestServer, write_key
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +50,7 @@ class Env:
         return replace(base, **overrides)
 
     def connect(self, target: SSHTarget):
-        from gcurun.launch.hostkeys import read_known_hosts
+        from gcurun.launch.ssh.hostkeys import read_known_hosts
 
         known = read_known_hosts(target.known_hosts_files)
         return connect(target, known, Deadline(target.timeout))

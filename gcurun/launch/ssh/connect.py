@@ -10,15 +10,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import os
 import socket
 import threading
-import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from gcurun.launch.hostkeys import (
+from gcurun.launch.ssh.api import Connection, Deadline, HostFailure
+from gcurun.launch.ssh.auth import authenticate
+from gcurun.launch.ssh.hostkeys import (
     HostKeyCheck,
     KnownHostEntry,
     append_known_host,
@@ -26,10 +25,7 @@ from gcurun.launch.hostkeys import (
     fingerprint,
     preferred_key_types,
 )
-from gcurun.launch.sshconfig import DEFAULT_IDENTITIES, SSHTarget
-
-if TYPE_CHECKING:
-    import paramiko
+from gcurun.launch.ssh.sshconfig import SSHTarget
 
 KEEPALIVE_SECONDS = 15
 # With keepalives flowing, a peer that acknowledges nothing for this long is gone.
@@ -38,44 +34,6 @@ _RSA_TYPES = ["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"]
 
 # paramiko logs every failed handshake with a traceback; gcurun reports the cause instead.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-
-class HostFailure(Exception):
-    """Why one host cannot be used; ``str()`` is the message for the user."""
-
-
-@dataclass
-class Connection:
-    """An authenticated connection; ``hops`` are the ProxyJump connections under it."""
-
-    target: SSHTarget
-    transport: paramiko.Transport
-    hops: list[Connection] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def close(self) -> None:
-        self.transport.close()
-        for hop in reversed(self.hops):
-            hop.close()
-
-
-class Deadline:
-    """The time left for one host's whole preflight, on a monotonic clock."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.end = time.monotonic() + seconds
-
-    def left(self, stage: str) -> float:
-        """Seconds left; raises HostFailure naming ``stage`` when none are."""
-        remaining = self.end - time.monotonic()
-        if remaining <= 0:
-            raise HostFailure(self.expired(stage))
-        return remaining
-
-    def expired(self, stage: str) -> str:
-        return (f"timed out after {self.seconds:g} s {stage}; the host or network is slow "
-                "or stuck: check it, or raise --ssh-timeout")
 
 
 def connect(target: SSHTarget, known: Sequence[KnownHostEntry], deadline: Deadline,
@@ -198,7 +156,7 @@ def _handshake(target: SSHTarget, sock: Any, known: Sequence[KnownHostEntry],
         conn = Connection(target, transport)
         conn.notes += _verify_host_key(target, transport.get_remote_server_key(), known,
                                        prefix)
-        _authenticate(target, transport, deadline, prefix)
+        authenticate(target, transport, deadline, prefix)
     except BaseException:
         transport.close()
         raise
@@ -270,140 +228,3 @@ def host_key_message(target: SSHTarget, check: HostKeyCheck, key_type: str,
     return (f"{what} for {name}: it offered {offered}, but {where} holds another key. "
             "Someone may be intercepting the connection; if the host was reinstalled, "
             f"remove the old key with: ssh-keygen -R '{name}' -f {listed[0].origin}")
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    label: str
-    key: Any = None          # a paramiko PKey or AgentKey; None when unusable
-    why_not: str = ""        # why an identity could not be tried
-
-
-def _authenticate(target: SSHTarget, transport: Any, deadline: Deadline, prefix: str) -> None:
-    import paramiko
-
-    transport.auth_timeout = deadline.left("before authentication")
-    try:
-        transport.auth_none(target.user)
-        return
-    except paramiko.BadAuthenticationType as exc:
-        allowed = list(exc.allowed_types)
-    except paramiko.SSHException:
-        allowed = ["publickey"]
-    if "publickey" not in allowed:
-        raise HostFailure(
-            f"{prefix}{target.hostname} accepts only {', '.join(allowed) or 'nothing'} for "
-            f"user '{target.user}'; gcurun logs in with keys: enable PubkeyAuthentication "
-            "there") from None
-    tried: list[str] = []
-    agent = _open_agent()
-    try:
-        if _try_keys(target, transport, deadline, prefix, agent, tried):
-            return
-    finally:
-        if agent is not None:
-            agent.close()
-    keys = "; ".join(tried) if tried else "none (no identity file, no agent key)"
-    raise HostFailure(
-        f"{prefix}authentication as '{target.user}' on {target.hostname} failed; keys "
-        f"tried: {keys}. Add the public key to ~{target.user}/.ssh/authorized_keys there, "
-        "or choose a key with --ssh-identity-file")
-
-
-def _try_keys(target: SSHTarget, transport: Any, deadline: Deadline, prefix: str,
-              agent: Any, tried: list[str]) -> bool:
-    """Offer keys until one is accepted (True); records each refusal in ``tried``."""
-    import paramiko
-
-    agent_keys = {k.asbytes(): k for k in agent.get_keys()} if agent is not None else {}
-    for cand in _candidates(target, agent_keys):
-        if cand.key is None:
-            tried.append(f"{cand.label} ({cand.why_not})")
-            continue
-        try:
-            transport.auth_timeout = deadline.left("during authentication")
-            if not transport.auth_publickey(target.user, cand.key):
-                return True
-            raise HostFailure(f"{prefix}{target.hostname} wants a second factor after the "
-                              f"key {cand.label}; gcurun cannot supply one")
-        except paramiko.AuthenticationException:
-            tried.append(f"{cand.label} (rejected)")
-        except paramiko.SSHException as exc:
-            if not transport.is_active():
-                raise HostFailure(
-                    f"{prefix}{target.hostname} closed the connection during authentication "
-                    f"as '{target.user}' after trying {'; '.join(tried) or 'no key'}: too "
-                    "many keys (MaxAuthTries)? Choose one with --ssh-identity-file or "
-                    "IdentitiesOnly") from None
-            tried.append(f"{cand.label} ({exc})")
-    return False
-
-
-def _candidates(target: SSHTarget, agent_keys: dict[bytes, Any]) -> Iterator[_Candidate]:
-    """Keys in the order they are offered: explicit identity files, then agent keys (only
-    those matching an identity file under IdentitiesOnly), then the default identity
-    files when no identity file was named."""
-    offered: set[bytes] = set()
-    explicit = list(target.identity_files)
-    defaults = [os.path.expanduser(p) for p in DEFAULT_IDENTITIES] if not explicit else []
-    wanted_blobs = set()
-    for path in explicit:
-        cand = _load_identity(path)
-        if cand.key is not None:
-            offered.add(cand.key.asbytes())
-            yield cand
-            continue
-        blob = _public_blob(path)
-        if blob is not None and blob in agent_keys:
-            wanted_blobs.add(blob)
-        else:
-            yield cand
-    for blob, key in agent_keys.items():
-        if blob in offered or (target.identities_only and blob not in wanted_blobs):
-            continue
-        offered.add(blob)
-        yield _Candidate(f"agent key {key.get_name()} {fingerprint(blob)}", key)
-    for path in defaults:
-        if os.path.exists(path):
-            cand = _load_identity(path)
-            if cand.key is None or cand.key.asbytes() not in offered:
-                yield cand
-
-
-def _load_identity(path: str) -> _Candidate:
-    import paramiko
-
-    label = path
-    try:
-        key = paramiko.PKey.from_path(path)
-    except FileNotFoundError:
-        return _Candidate(label, why_not="no such file")
-    except (paramiko.PasswordRequiredException, TypeError):
-        # cryptography raises TypeError for an encrypted key loaded without a password
-        return _Candidate(label, why_not="encrypted; load it into ssh-agent with ssh-add")
-    except (OSError, paramiko.SSHException, ValueError) as exc:
-        return _Candidate(label, why_not=f"unusable: {exc}")
-    return _Candidate(f"{path} ({key.get_name()} {fingerprint(key.asbytes())})", key)
-
-
-def _public_blob(path: str) -> bytes | None:
-    import base64
-
-    try:
-        with open(path + ".pub", encoding="utf-8") as f:
-            return base64.b64decode(f.read().split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _open_agent() -> Any:
-    """A connection to the user's ssh-agent, or None without one. Each host gets its own:
-    one agent connection must not serve signatures for several threads at once."""
-    if not os.environ.get("SSH_AUTH_SOCK"):
-        return None
-    import paramiko
-
-    try:
-        return paramiko.Agent()
-    except (paramiko.SSHException, OSError):
-        return None
