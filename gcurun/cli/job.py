@@ -114,7 +114,7 @@ def bind(plan: LaunchPlan, settings: Settings, environ: Mapping[str, str],
 def mpirun_preview(plan: LaunchPlan, settings: Settings) -> tuple[tuple[str, ...], str | None]:
     """The exact mpirun argv a run would use (its hostfile path is a temporary one chosen
     at start) and the hostfile text."""
-    from gcurun.launch.mpi_group import mpi_command
+    from gcurun.launch.mpi.rank_group import mpi_command
 
     command, _ = mpi_command(plan, settings, secrets={},
                              hostfile_path="$TMPDIR/gcurun-mpi-XXXXXX/hostfile")

@@ -41,7 +41,7 @@ def ssh_groups(plan: LaunchPlan, settings: Settings,
 
 def mpi_groups(plan: LaunchPlan, settings: Settings,
                secrets: Mapping[str, str]) -> Sequence[RankGroup]:
-    from gcurun.launch.mpi_group import mpi_groups as make
+    from gcurun.launch.mpi.rank_group import mpi_groups as make
 
     return make(plan, settings, secrets)
 

@@ -12,7 +12,7 @@ import pytest
 
 from gcurun.config.api import Settings
 from gcurun.hosts.api import HostSpec
-from gcurun.launch.mpi import job_environment, layout_environment
+from gcurun.launch.mpi.command import job_environment, layout_environment
 from gcurun.launch.plan import build_plan
 from gcurun.launch.remote.mpi_shim import (
     ShimError,

@@ -26,7 +26,7 @@ from typing import IO
 from gcurun.config.api import Settings
 from gcurun.errors import LaunchError
 from gcurun.launch.api import Event, ExitEvent, LaunchPlan, OutputEvent, Stream
-from gcurun.launch.mpi import MPIFlavour, MpirunCommand, build_mpirun_command
+from gcurun.launch.mpi.command import MPIFlavour, MpirunCommand, build_mpirun_command
 from gcurun.launch.process import stop_processes
 
 _OMPI_TAG = re.compile(rb"^\[[^\]]*?,(\d+)\]<(stdout|stderr|stddiag)>:")
@@ -260,7 +260,7 @@ def mpi_command(plan: LaunchPlan, settings: Settings, *, secrets: Mapping[str, s
                 hostfile_path: str, flavour: MPIFlavour | None = None,
                 environ: Mapping[str, str] | None = None) -> tuple[MpirunCommand, MPIFlavour]:
     """The command (and probed flavour) for ``plan``: what --dry-run shows and runs."""
-    from gcurun.launch.mpi import probe_mpi_flavour
+    from gcurun.launch.mpi.command import probe_mpi_flavour
 
     flavour = flavour or probe_mpi_flavour(settings.mpi.mpirun)
     python = settings.ssh.python or sys.executable

@@ -24,6 +24,7 @@ from typing import Literal
 from gcurun.config.api import Settings, SSHSettings
 from gcurun.errors import LaunchError, UsageError
 from gcurun.launch.api import LaunchPlan
+from gcurun.launch.remote import mpi_shim
 from gcurun.launch.remote.rank_env import GCURUN_PREFIX, HOROVOD_PREFIX, RANK_FACTS
 
 MPIKind = Literal["openmpi", "mpich", "intel"]
@@ -36,7 +37,7 @@ PER_RANK_VARIABLES = frozenset(
 _SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)", re.I)
 # Open MPI 4 and 5 both accept host:slots lists; longer lists go to a hostfile.
 MAX_INLINE_HOSTS = 8
-SHIM_MODULE = "gcurun.launch.remote.mpi_shim"
+SHIM_MODULE = mpi_shim.__name__
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ def test_rank_killed_by_a_signal(tmp_path):
 def test_interrupt_stops_every_rank(tmp_path):
     import queue
 
-    from gcurun.launch.mpi_group import mpi_groups
+    from gcurun.launch.mpi.rank_group import mpi_groups
     from gcurun.launch.supervise import InterruptEvent, supervise
 
     plan, settings, sink, _, _ = job(tmp_path, 2, "--grandchild")

@@ -9,7 +9,7 @@ import pytest
 from gcurun.config.api import MPISettings, Settings, SSHSettings
 from gcurun.errors import LaunchError, UsageError
 from gcurun.hosts.api import HostSpec
-from gcurun.launch.mpi import (
+from gcurun.launch.mpi.command import (
     MPIFlavour,
     build_mpirun_command,
     interface_for,
