@@ -34,7 +34,7 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
         any(not r.is_local for r in plan.ranks)
     if settings.report_bindings and not params.get("as_json") and \
             (params.get("dry_run") or not remote_later):
-        from gcurun.launch.binding import format_binding_table
+        from gcurun.launch.planning.binding import format_binding_table
 
         unbound = "by mpirun" if plan.launcher == "mpi" else \
             "after the ssh preflight" if remote_later else "not bound"
@@ -47,8 +47,8 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
                    mpirun=mpirun)
         return 0
     from gcurun.cli.sshlog import ssh_reports
-    from gcurun.launch.output import OutputSink
     from gcurun.launch.runner import run_job
+    from gcurun.launch.supervision.output import OutputSink
 
     sink = OutputSink(stdout, stderr, color=use_color(params.get("color", "auto"), stdout,
                                                       environ),
@@ -62,7 +62,7 @@ def make_plan(command: Sequence[str], settings: Settings, params: Mapping[str, A
               environ: Mapping[str, str]) -> LaunchPlan:
     from gcurun.config.resolve import runtime_environment
     from gcurun.hosts.locality import probe_local_names
-    from gcurun.launch.plan import build_plan
+    from gcurun.launch.planning.plan import build_plan
 
     hosts = settings.hosts or (HostSpec("localhost", slots=settings.np or 1),)
     job_env = {name: environ[name] for name in settings.forward_env if name in environ}
@@ -89,7 +89,7 @@ def bind(plan: LaunchPlan, settings: Settings, environ: Mapping[str, str],
     if settings.bind_to == "none":
         return plan
     from gcurun.hosts.topology import probe_topology
-    from gcurun.launch.binding import LocalRank, bind_plan, plan_bindings
+    from gcurun.launch.planning.binding import LocalRank, bind_plan, plan_bindings
 
     here = probe_topology()
     if plan.launcher == "mpi":

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from gcurun.config.api import Settings
 from gcurun.errors import LaunchError
 from gcurun.launch.api import Event, LaunchPlan, RankGroup
-from gcurun.launch.output import OutputSink
 from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE, SECRET_VARIABLE
-from gcurun.launch.supervise import InterruptEvent, supervise
+from gcurun.launch.supervision.output import OutputSink
+from gcurun.launch.supervision.supervise import InterruptEvent, supervise
 
 # Launcher name -> function making the rank groups of a plan. Executors register here;
 # their modules are imported only when a plan uses them.
@@ -22,8 +22,8 @@ GroupFactory = Callable[[LaunchPlan, Settings, Mapping[str, str]], Sequence[Rank
 
 def local_groups(plan: LaunchPlan, settings: Settings,
                  secrets: Mapping[str, str]) -> Sequence[RankGroup]:
-    from gcurun.launch.binding import local_binder
-    from gcurun.launch.local import LocalRankGroup
+    from gcurun.launch.local_group import LocalRankGroup
+    from gcurun.launch.planning.binding import local_binder
 
     ranks = [r for r in plan.ranks if r.is_local]
     return [LocalRankGroup(ranks, workdir=plan.workdir, extra_env=secrets,

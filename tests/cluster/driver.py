@@ -15,9 +15,9 @@ from typing import Any, TextIO
 from gcurun.config.api import Settings, SSHSettings
 from gcurun.errors import GcurunError, RanksFailedError, SSHConnectError
 from gcurun.hosts.api import HostSpec
-from gcurun.launch.output import OutputSink
-from gcurun.launch.plan import build_plan
+from gcurun.launch.planning.plan import build_plan
 from gcurun.launch.runner import run_job
+from gcurun.launch.supervision.output import OutputSink
 
 
 def run_spec(spec: dict[str, Any], out: TextIO, err: TextIO) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from gcurun.config.api import Settings
 from gcurun.errors import LaunchError
 from gcurun.launch.api import Event, ExitEvent, LaunchPlan, OutputEvent, Stream
 from gcurun.launch.mpi.command import MPIFlavour, MpirunCommand, build_mpirun_command
-from gcurun.launch.process import stop_processes
+from gcurun.launch.supervision.stopping import stop_processes
 
 _OMPI_TAG = re.compile(rb"^\[[^\]]*?,(\d+)\]<(stdout|stderr|stddiag)>:")
 _HYDRA_TAG = re.compile(rb"^\[(\d+)\] ")

@@ -236,7 +236,7 @@ def _bind(plan: LaunchPlan, settings: Settings, result: PreflightResult) -> Laun
     connection when that fails), and report the bindings when asked."""
     if settings.bind_to == "none":
         return plan
-    from gcurun.launch.binding import format_binding_table
+    from gcurun.launch.planning.binding import format_binding_table
     from gcurun.launch.ssh.remote_topology import bind_remote_ranks
 
     try:

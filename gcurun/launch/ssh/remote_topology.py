@@ -17,7 +17,7 @@ from gcurun.config.api import Settings
 from gcurun.errors import SSHConnectError
 from gcurun.hosts.topology import Topology, TopologyError, parse_topology_json, remote_probe_source
 from gcurun.launch.api import LaunchPlan
-from gcurun.launch.binding import bind_plan
+from gcurun.launch.planning.binding import bind_plan
 from gcurun.launch.ssh.preflight import HostSession
 
 

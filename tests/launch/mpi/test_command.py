@@ -19,7 +19,7 @@ from gcurun.launch.mpi.command import (
     parse_network_interface,
     probe_mpi_flavour,
 )
-from gcurun.launch.plan import build_plan
+from gcurun.launch.planning.plan import build_plan
 
 VERSIONS = {
     "openmpi4": "mpirun (Open MPI) 4.1.5\n\nReport bugs to http://www.open-mpi.org/community/help/\n",

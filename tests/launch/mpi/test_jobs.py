@@ -13,9 +13,9 @@ import pytest
 from gcurun.config.api import MPISettings, Settings
 from gcurun.errors import JobInterrupted, LaunchError, RanksFailedError
 from gcurun.hosts.api import HostSpec
-from gcurun.launch.output import OutputSink
-from gcurun.launch.plan import build_plan
+from gcurun.launch.planning.plan import build_plan
 from gcurun.launch.runner import run_job
+from gcurun.launch.supervision.output import OutputSink
 from tests.helpers import RANKS, all_pids, read_ranks, survivors, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.mpi,
@@ -71,7 +71,7 @@ def test_interrupt_stops_every_rank(tmp_path):
     import queue
 
     from gcurun.launch.mpi.rank_group import mpi_groups
-    from gcurun.launch.supervise import InterruptEvent, supervise
+    from gcurun.launch.supervision.supervise import InterruptEvent, supervise
 
     plan, settings, sink, _, _ = job(tmp_path, 2, "--grandchild")
     events: queue.Queue = queue.Queue()

@@ -13,7 +13,7 @@ import pytest
 from gcurun.config.api import Settings
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.mpi.command import job_environment, layout_environment
-from gcurun.launch.plan import build_plan
+from gcurun.launch.planning.plan import build_plan
 from gcurun.launch.remote.mpi_shim import (
     ShimError,
     launcher_identity,

@@ -20,14 +20,14 @@ from gcurun import __version__
 from gcurun.config.api import Settings, SSHSettings
 from gcurun.errors import RanksFailedError, SSHConnectError
 from gcurun.hosts.api import HostSpec
-from gcurun.launch.output import OutputSink
-from gcurun.launch.plan import build_plan
+from gcurun.launch.planning.plan import build_plan
 from gcurun.launch.runner import run_job
 from gcurun.launch.ssh import preflight as preflight_module
 from gcurun.launch.ssh.api import Deadline, HostFailure
 from gcurun.launch.ssh.connect import connect
 from gcurun.launch.ssh.preflight import bootstrap_command, preflight
 from gcurun.launch.ssh.sshconfig import SSHTarget
+from gcurun.launch.supervision.output import OutputSink
 from tests.helpers import ROOT, wait_for
 from tests.launch.ssh.ssh_server import SSHTestServer, write_key
 

@@ -11,9 +11,9 @@ import pytest
 
 from gcurun.errors import RanksFailedError
 from gcurun.launch.api import Binding, ExecutorErrorEvent, ExitEvent, OutputEvent, RankSpec
-from gcurun.launch.output import OutputSink
 from gcurun.launch.ssh.rank_group import SSHRankGroup
-from gcurun.launch.supervise import supervise
+from gcurun.launch.supervision.output import OutputSink
+from gcurun.launch.supervision.supervise import supervise
 from tests.helpers import wait_for
 from tests.launch.remote.bootstrap_pipe import pipe_session
 

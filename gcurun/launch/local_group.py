@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 from gcurun.errors import LaunchError
 from gcurun.launch.api import Event, ExitEvent, OutputEvent, RankSpec, Stream
-from gcurun.launch.process import stop_processes
 
 # A rank that exited while a grandchild still holds its pipes open is reported after
 # PIPE_DRAIN_SECONDS; the grandchild's output keeps streaming.
 from gcurun.launch.remote.bootstrap import PIPE_DRAIN_SECONDS, merged_environment
+from gcurun.launch.supervision.stopping import stop_processes
 
 
 def pump(pipe, rank: int, stream: Stream, events: queue.Queue[Event]) -> None:

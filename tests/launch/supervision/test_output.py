@@ -3,7 +3,7 @@ from __future__ import annotations
 import io
 
 from gcurun.launch.api import OutputEvent
-from gcurun.launch.output import LineSplitter, OutputSink
+from gcurun.launch.supervision.output import LineSplitter, OutputSink
 
 
 def test_splitter_joins_chunks_and_split_utf8():

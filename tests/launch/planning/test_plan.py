@@ -4,7 +4,7 @@ import pytest
 
 from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
-from gcurun.launch.plan import assign_ranks, build_plan
+from gcurun.launch.planning.plan import assign_ranks, build_plan
 
 A8B8 = (HostSpec("a", 8), HostSpec("b", 8))
 

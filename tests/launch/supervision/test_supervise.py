@@ -10,8 +10,8 @@ import pytest
 
 from gcurun.errors import JobInterrupted, RanksFailedError
 from gcurun.launch.api import ExecutorErrorEvent, ExitEvent, OutputEvent
-from gcurun.launch.output import OutputSink
-from gcurun.launch.supervise import InterruptEvent, supervise
+from gcurun.launch.supervision.output import OutputSink
+from gcurun.launch.supervision.supervise import InterruptEvent, supervise
 
 
 class FakeGroup:
@@ -97,7 +97,7 @@ def test_lost_ranks_fail_the_job():
 
 
 def test_ranks_that_never_report_are_declared_lost(monkeypatch):
-    import gcurun.launch.supervise as sv
+    import gcurun.launch.supervision.supervise as sv
 
     monkeypatch.setattr(sv, "EXIT_REPORT_SLACK", 0.2)
     events = queue.Queue()

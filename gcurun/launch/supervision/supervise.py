@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gcurun.errors import JobInterrupted, RankFailure, RanksFailedError
 from gcurun.launch.api import Event, ExecutorErrorEvent, ExitEvent, OutputEvent, RankGroup
-from gcurun.launch.output import OutputSink
+from gcurun.launch.supervision.output import OutputSink
 
 # After the groups were told to stop, ranks get their grace period plus this long to
 # report their exit before they are declared lost.

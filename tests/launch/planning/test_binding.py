@@ -13,7 +13,7 @@ from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.topology import probe_topology
 from gcurun.launch.api import Binding, LaunchPlan, RankSpec
-from gcurun.launch.binding import (
+from gcurun.launch.planning.binding import (
     LocalRank,
     bind_plan,
     bound_argv,
