@@ -111,6 +111,9 @@ def _options(func):
         # What to do
         click.option("--dry-run", is_flag=True, help="Print the plan; start nothing."),
         click.option("--json", "as_json", is_flag=True, help="With --dry-run: print JSON."),
+        click.option("--preflight", is_flag=True,
+                     help="With --dry-run: connect to every SSH host, check it and show "
+                          "its ranks' bindings."),
         click.version_option(__version__, "--version", prog_name="gcurun"),
     ]
     for opt in reversed(opts):

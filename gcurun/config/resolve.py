@@ -77,6 +77,20 @@ def profile_path_from(cli_value: str | None, environ: Mapping[str, str]) -> str 
     return environ.get(PROFILE_VARIABLE) or None
 
 
+def load_settings(cli: Mapping[str, Any], profile: str | None,
+                  environ: Mapping[str, str]) -> Settings:
+    """The settings of one launch: ``cli`` (dotted keys, as for :func:`resolve_settings`)
+    over the profile (``profile``, else ``GCURUN_PROFILE``; read here) over ``environ``.
+    Raises ProfileError or UsageError."""
+    path = profile_path_from(profile, environ)
+    loaded = None
+    if path:
+        from gcurun.config.profile import read_profile
+
+        loaded = read_profile(path)
+    return resolve_settings(cli, loaded, environ)
+
+
 HostfileReader = Callable[[str], tuple[HostSpec, ...]]
 
 

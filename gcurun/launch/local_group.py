@@ -8,14 +8,15 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from gcurun.errors import LaunchError
-from gcurun.launch.api import Event, ExitEvent, OutputEvent, RankSpec, Stream
-
-# A rank that exited while a grandchild still holds its pipes open is reported after
-# PIPE_DRAIN_SECONDS; the grandchild's output keeps streaming.
+from gcurun.launch.api import Event, ExitEvent, OutputEvent, RankGroup, RankSpec, Stream
 from gcurun.launch.remote.bootstrap import PIPE_DRAIN_SECONDS, merged_environment
 from gcurun.launch.supervision.stopping import stop_processes
+
+if TYPE_CHECKING:
+    from gcurun.launch.prepare import PreparedJob
 
 
 def pump(pipe, rank: int, stream: Stream, events: queue.Queue[Event]) -> None:
@@ -103,6 +104,8 @@ class LocalRankGroup:
             t.start()
 
         def wait() -> None:
+            # A rank that exited while a grandchild holds its pipes open is reported after
+            # PIPE_DRAIN_SECONDS (as the bootstrap does); the grandchild's output streams on.
             code = proc.wait()
             for t in readers:
                 t.join(PIPE_DRAIN_SECONDS)
@@ -122,3 +125,13 @@ class LocalRankGroup:
             return (f"rank {spec.rank}: cannot run '{program}': no such program on PATH; "
                     "check the command's spelling or give its full path")
         return f"rank {spec.rank}: cannot run '{program}': {exc.strerror or exc}"
+
+
+def local_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[RankGroup]:
+    """The ranks of ``job`` that run on this host, in one group (none if there are none),
+    each started under its binding."""
+    from gcurun.launch.planning.binding import local_binder
+
+    ranks = [r for r in job.plan.ranks if r.is_local]
+    return [LocalRankGroup(ranks, workdir=job.plan.workdir, extra_env=secrets,
+                           argv_for=local_binder())] if ranks else []

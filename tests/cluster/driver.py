@@ -15,8 +15,8 @@ from typing import Any, TextIO
 from gcurun.config.api import Settings, SSHSettings
 from gcurun.errors import GcurunError, RanksFailedError, SSHConnectError
 from gcurun.hosts.api import HostSpec
+from gcurun.launch.execute import run_job
 from gcurun.launch.planning.plan import build_plan
-from gcurun.launch.runner import run_job
 from gcurun.launch.supervision.output import OutputSink
 
 

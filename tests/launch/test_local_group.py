@@ -12,8 +12,8 @@ import pytest
 from gcurun.config.api import Settings
 from gcurun.errors import JobInterrupted, LaunchError, RanksFailedError
 from gcurun.hosts.api import HostSpec
+from gcurun.launch.execute import run_job
 from gcurun.launch.planning.plan import build_plan
-from gcurun.launch.runner import run_job
 from gcurun.launch.supervision.output import OutputSink
 from tests.helpers import RANKS, all_pids, read_ranks, survivors, wait_for
 

@@ -21,13 +21,16 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from gcurun.config.api import Settings
 from gcurun.errors import LaunchError
 from gcurun.launch.api import Event, ExitEvent, LaunchPlan, OutputEvent, Stream
 from gcurun.launch.mpi.command import MPIFlavour, MpirunCommand, build_mpirun_command
 from gcurun.launch.supervision.stopping import stop_processes
+
+if TYPE_CHECKING:
+    from gcurun.launch.prepare import PreparedJob
 
 _OMPI_TAG = re.compile(rb"^\[[^\]]*?,(\d+)\]<(stdout|stderr|stddiag)>:")
 _HYDRA_TAG = re.compile(rb"^\[(\d+)\] ")
@@ -273,9 +276,9 @@ def mpi_command(plan: LaunchPlan, settings: Settings, *, secrets: Mapping[str, s
     return command, flavour
 
 
-def mpi_groups(plan: LaunchPlan, settings: Settings,
-               secrets: Mapping[str, str]) -> list[MpiRankGroup]:
-    """The rank groups of an MPI plan: one mpirun for every rank."""
+def mpi_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[MpiRankGroup]:
+    """The rank groups of an MPI job: one mpirun for every rank."""
+    plan, settings = job.plan, job.settings
     tmp = tempfile.mkdtemp(prefix="gcurun-mpi-")
     try:
         command, flavour = mpi_command(plan, settings, secrets=secrets,

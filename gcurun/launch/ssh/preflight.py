@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gcurun import __version__
+from gcurun.config.api import Settings
 from gcurun.errors import SSHConnectError
+from gcurun.launch.api import LaunchPlan
 from gcurun.launch.remote import bootstrap
 from gcurun.launch.remote.protocol import Hello, parse_hello
 from gcurun.launch.ssh.api import Connection, Deadline, HostFailure
 from gcurun.launch.ssh.connect import connect
 from gcurun.launch.ssh.hostkeys import KnownHostEntry, read_known_hosts
-from gcurun.launch.ssh.sshconfig import SSHTarget
+from gcurun.launch.ssh.sshconfig import SSHTarget, resolve_targets
 
 log = logging.getLogger("gcurun.ssh")
 
@@ -129,6 +131,28 @@ def preflight(
     for note in result.notes:
         log.warning("%s", note)
     return result
+
+
+def remote_hosts(plan: LaunchPlan) -> list[str]:
+    """The hosts of ``plan`` that run ranks over SSH, in plan order."""
+    return list(dict.fromkeys(r.host for r in plan.ranks if not r.is_local))
+
+
+def preflight_plan(plan: LaunchPlan, settings: Settings) -> dict[str, HostSession]:
+    """Check every remote host of ``plan`` with the SSH settings; a waiting session per
+    host. Raises SSHConnectError (every connection closed) when any host fails, and
+    UsageError for a bad ssh config."""
+    names = remote_hosts(plan)
+    if not names:
+        return {}
+    specs = {h.name: h for h in plan.hosts}
+    targets = resolve_targets([specs[n] for n in names], settings.ssh, settings.sources)
+    return preflight(targets, progress=_log_progress).sessions
+
+
+def _log_progress(p: PreflightProgress) -> None:
+    log.info("ssh preflight: %s %s (%d/%d)", p.host, "ok" if p.ok else "failed",
+             p.done, p.total, extra={"preflight": p})
 
 
 class _HostRun:

@@ -11,36 +11,30 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import queue
 import socket
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gcurun.config.api import Settings
+from gcurun.errors import LaunchError
 from gcurun.launch.api import (
     Binding,
     Event,
     ExecutorErrorEvent,
     ExitEvent,
-    LaunchPlan,
     OutputEvent,
+    RankGroup,
     RankSpec,
 )
 from gcurun.launch.remote.protocol import ERROR, EXIT, STARTED, STREAM_KINDS, FrameReader
 from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE
-from gcurun.launch.ssh.preflight import (
-    HostSession,
-    PreflightProgress,
-    PreflightResult,
-    drain_stderr,
-    preflight,
-)
-from gcurun.launch.ssh.sshconfig import resolve_targets
+from gcurun.launch.ssh.preflight import HostSession, drain_stderr, remote_hosts
 from gcurun.rendezvous.wire import encode_frame
 
-log = logging.getLogger("gcurun.ssh")
+if TYPE_CHECKING:
+    from gcurun.launch.prepare import PreparedJob
+
 
 # After asking a bootstrap to stop its ranks, its exits are awaited for the grace period
 # plus this long before the connection is cut (which makes it SIGKILL them).
@@ -184,29 +178,23 @@ def binding_message(binding: Binding | None) -> dict[str, Any] | None:
             "mem_bind": binding.mem_bind}
 
 
-def remote_hosts(plan: LaunchPlan) -> list[str]:
-    """The hosts of ``plan`` that run ranks over SSH, in plan order."""
-    return list(dict.fromkeys(r.host for r in plan.ranks if not r.is_local))
+def ssh_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[RankGroup]:
+    """The ranks of ``job`` on this host (local processes), then one group per remote
+    host, run by the bootstrap its preflight started.
 
+    Raises LaunchError when a remote host was not checked (a job prepared offline)."""
+    from gcurun.launch.local_group import local_groups
 
-def ssh_groups(plan: LaunchPlan, settings: Settings,
-               secrets: Mapping[str, str]) -> list[SSHRankGroup]:
-    """One group per remote host of ``plan``, after a successful preflight of them all.
-
-    Raises SSHConnectError (nothing started) when any host fails the preflight, and
-    UsageError for a bad ssh config.
-    """
-    names = remote_hosts(plan)
-    if not names:
-        return []
-    specs = {h.name: h for h in plan.hosts}
-    targets = resolve_targets([specs[n] for n in names], settings.ssh, settings.sources)
-    result = preflight(targets, progress=_log_progress)
-    plan = _bind(plan, settings, result)
-    return [SSHRankGroup(result.sessions[name], plan.ranks_on(name), workdir=plan.workdir,
-                         secrets=secrets_for(result.sessions[name], secrets),
-                         kill_grace=settings.grace_seconds)
-            for name in names]
+    plan, groups = job.plan, list(local_groups(job, secrets))
+    for name in remote_hosts(plan):
+        session = job.sessions.get(name)
+        if session is None:
+            raise LaunchError(f"host {name!r} has not passed the SSH preflight; prepare the "
+                              "job with its hosts checked (connect=True) before running it")
+        groups.append(SSHRankGroup(session, plan.ranks_on(name), workdir=plan.workdir,
+                                   secrets=secrets_for(session, secrets),
+                                   kill_grace=job.settings.grace_seconds))
+    return groups
 
 
 def secrets_for(session: HostSession, secrets: Mapping[str, str]) -> dict[str, str]:
@@ -229,28 +217,3 @@ def launcher_address(session: HostSession) -> str:
     except (AttributeError, OSError, IndexError, TypeError):
         return socket.getfqdn()
     return host[7:] if host.startswith("::ffff:") else host
-
-
-def _bind(plan: LaunchPlan, settings: Settings, result: PreflightResult) -> LaunchPlan:
-    """Bind the remote ranks now that their hosts' topology can be read (closing every
-    connection when that fails), and report the bindings when asked."""
-    if settings.bind_to == "none":
-        return plan
-    from gcurun.launch.planning.binding import format_binding_table
-    from gcurun.launch.ssh.remote_topology import bind_remote_ranks
-
-    try:
-        plan, warnings = bind_remote_ranks(plan, settings, result.sessions)
-    except BaseException:
-        result.close()
-        raise
-    for warning in warnings:
-        log.warning("%s", warning)
-    if settings.report_bindings:
-        log.info("%s", format_binding_table(plan), extra={"report": True})
-    return plan
-
-
-def _log_progress(p: PreflightProgress) -> None:
-    log.info("ssh preflight: %s %s (%d/%d)", p.host, "ok" if p.ok else "failed",
-             p.done, p.total, extra={"preflight": p})

@@ -13,8 +13,8 @@ import pytest
 from gcurun.config.api import MPISettings, Settings
 from gcurun.errors import JobInterrupted, LaunchError, RanksFailedError
 from gcurun.hosts.api import HostSpec
+from gcurun.launch.execute import run_job
 from gcurun.launch.planning.plan import build_plan
-from gcurun.launch.runner import run_job
 from gcurun.launch.supervision.output import OutputSink
 from tests.helpers import RANKS, all_pids, read_ranks, survivors, wait_for
 
@@ -71,11 +71,12 @@ def test_interrupt_stops_every_rank(tmp_path):
     import queue
 
     from gcurun.launch.mpi.rank_group import mpi_groups
+    from gcurun.launch.prepare import prepare_plan
     from gcurun.launch.supervision.supervise import InterruptEvent, supervise
 
     plan, settings, sink, _, _ = job(tmp_path, 2, "--grandchild")
     events: queue.Queue = queue.Queue()
-    groups = mpi_groups(plan, settings, {})
+    groups = mpi_groups(prepare_plan(plan, settings), {})
     groups[0].start(events)
     wait_for("both ranks", lambda: all((tmp_path / f"rank-{r}.json").exists()
                                        for r in range(2)))

@@ -20,8 +20,8 @@ from gcurun import __version__
 from gcurun.config.api import Settings, SSHSettings
 from gcurun.errors import RanksFailedError, SSHConnectError
 from gcurun.hosts.api import HostSpec
+from gcurun.launch.execute import run_job
 from gcurun.launch.planning.plan import build_plan
-from gcurun.launch.runner import run_job
 from gcurun.launch.ssh import preflight as preflight_module
 from gcurun.launch.ssh.api import Deadline, HostFailure
 from gcurun.launch.ssh.connect import connect

@@ -1,8 +1,10 @@
-"""Running a plan: make the executors' rank groups, start them, supervise to the end."""
+"""Executing a prepared job: serve its rendezvous, make the executor's rank groups, start
+them and supervise them to the end."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import queue
 import signal
 import threading
@@ -11,53 +13,30 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from gcurun.config.api import Settings
 from gcurun.errors import LaunchError
 from gcurun.launch.api import Event, LaunchPlan, RankGroup
+from gcurun.launch.prepare import PreparedJob, prepare_plan
 from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.launch.supervision.output import OutputSink
 from gcurun.launch.supervision.supervise import InterruptEvent, supervise
 
-# Launcher name -> function making the rank groups of a plan. Executors register here;
-# their modules are imported only when a plan uses them.
-GroupFactory = Callable[[LaunchPlan, Settings, Mapping[str, str]], Sequence[RankGroup]]
+# Launcher name -> "module:function" making the rank groups of a prepared job; a module is
+# imported only when a job uses its executor.
+GroupFactory = Callable[[PreparedJob, Mapping[str, str]], Sequence[RankGroup]]
+EXECUTORS: dict[str, str] = {
+    "local": "gcurun.launch.local_group:local_groups",
+    "ssh": "gcurun.launch.ssh.rank_group:ssh_groups",
+    "mpi": "gcurun.launch.mpi.rank_group:mpi_groups",
+}
 
 
-def local_groups(plan: LaunchPlan, settings: Settings,
-                 secrets: Mapping[str, str]) -> Sequence[RankGroup]:
-    from gcurun.launch.local_group import LocalRankGroup
-    from gcurun.launch.planning.binding import local_binder
-
-    ranks = [r for r in plan.ranks if r.is_local]
-    return [LocalRankGroup(ranks, workdir=plan.workdir, extra_env=secrets,
-                           argv_for=local_binder())] if ranks else []
-
-
-def ssh_groups(plan: LaunchPlan, settings: Settings,
-               secrets: Mapping[str, str]) -> Sequence[RankGroup]:
-    """Remote ranks over SSH (after a preflight of every remote host), local ones here."""
-    from gcurun.launch.ssh.rank_group import ssh_groups as remote_groups
-
-    remote = remote_groups(plan, settings, secrets)
-    return [*local_groups(plan, settings, secrets), *remote]
-
-
-def mpi_groups(plan: LaunchPlan, settings: Settings,
-               secrets: Mapping[str, str]) -> Sequence[RankGroup]:
-    from gcurun.launch.mpi.rank_group import mpi_groups as make
-
-    return make(plan, settings, secrets)
-
-
-EXECUTORS: dict[str, GroupFactory] = {"local": local_groups, "ssh": ssh_groups,
-                                      "mpi": mpi_groups}
-
-
-def make_groups(plan: LaunchPlan, settings: Settings,
-                secrets: Mapping[str, str]) -> Sequence[RankGroup]:
+def group_factory(launcher: str) -> GroupFactory:
+    """The factory of ``launcher``'s rank groups. Raises LaunchError for an unknown one."""
     try:
-        factory = EXECUTORS[plan.launcher]
+        module, _, name = EXECUTORS[launcher].partition(":")
     except KeyError:
-        raise LaunchError(f"launcher '{plan.launcher}' is not available in this build; "
+        raise LaunchError(f"launcher '{launcher}' is not available in this build; "
                           f"use one of: {', '.join(sorted(EXECUTORS))}") from None
-    return factory(plan, settings, secrets)
+    factory: GroupFactory = getattr(importlib.import_module(module), name)
+    return factory
 
 
 @contextlib.contextmanager
@@ -123,21 +102,32 @@ def _any_address_server(secret: bytes, size: int):  # -> RendezvousServer
     return server
 
 
-def run_job(plan: LaunchPlan, settings: Settings, sink: OutputSink,
+def execute(job: PreparedJob, sink: OutputSink,
             secrets: Mapping[str, str] | None = None) -> None:
-    """Start every rank of ``plan`` and supervise them until the job ends.
+    """Start every rank of a prepared ``job`` and supervise them until the job ends;
+    ``secrets`` are extra variables every rank gets off its command line.
 
     Returns when every rank exited 0; raises RanksFailedError, JobInterrupted or
-    LaunchError otherwise, in every case after stopping all ranks.
+    LaunchError otherwise, in every case after stopping all ranks. The job's host
+    sessions are closed at the end whatever happened.
     """
-    with job_rendezvous(plan) as rendezvous:
-        _run_groups(plan, settings, sink, {**rendezvous, **(secrets or {})})
+    try:
+        with job_rendezvous(job.plan) as rendezvous:
+            _run_groups(job, sink, {**rendezvous, **(secrets or {})})
+    finally:
+        job.close()
 
 
-def _run_groups(plan: LaunchPlan, settings: Settings, sink: OutputSink,
-                secrets: Mapping[str, str]) -> None:
+def run_job(plan: LaunchPlan, settings: Settings, sink: OutputSink,
+            secrets: Mapping[str, str] | None = None) -> None:
+    """Prepare a placed ``plan`` (preflight, binding) and execute it; see :func:`execute`."""
+    execute(prepare_plan(plan, settings), sink, secrets)
+
+
+def _run_groups(job: PreparedJob, sink: OutputSink, secrets: Mapping[str, str]) -> None:
     events: queue.Queue[Event | InterruptEvent] = queue.Queue()
-    groups = make_groups(plan, settings, secrets)
+    groups = group_factory(job.plan.launcher)(job, secrets)
+    grace = job.settings.grace_seconds
     with signals_to(events):
         started: list[RankGroup] = []
         try:
@@ -146,7 +136,7 @@ def _run_groups(plan: LaunchPlan, settings: Settings, sink: OutputSink,
                 started.append(group)
         except BaseException:
             for group in started:
-                group.terminate(settings.grace_seconds)
+                group.terminate(grace)
             raise
-        supervise(groups, events, {r.rank: r.host for r in plan.ranks}, sink,
-                  grace_seconds=settings.grace_seconds)
+        supervise(groups, events, {r.rank: r.host for r in job.plan.ranks}, sink,
+                  grace_seconds=grace)

@@ -1,0 +1,154 @@
+"""The one prepare step of every launch: place the ranks, check the remote hosts, bind.
+
+1. Plan (pure): ranks on hosts, each with its identity, device, argv and environment.
+2. Preflight: every remote host of an SSH launch is connected to and checked, and its
+   bootstrap waits there (skipped offline: ``connect=False``, as ``--dry-run`` does).
+3. Bind: each rank's CPUs and memory node from its host's topology, this host's read
+   here and remote ones over the preflight's connections (without them, remote ranks
+   stay unbound until a run prepares them).
+
+The CLI, :func:`gcurun.run` and tests call it; executors run the :class:`PreparedJob`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gcurun.config.api import DEVICE_VARIABLES, Settings
+from gcurun.hosts.api import HostSpec
+from gcurun.launch.api import LaunchPlan
+
+if TYPE_CHECKING:
+    from gcurun.launch.ssh.preflight import HostSession
+
+
+@dataclass
+class PreparedJob:
+    """A plan ready to run: bound, its remote hosts checked and their bootstraps waiting.
+
+    ``connected`` tells whether remote hosts were checked; ``warnings`` are for the user
+    (allowed oversubscription). :meth:`close` lets the waiting bootstraps go; running
+    the job hands the sessions to its executor, which closes them at the end.
+    """
+
+    plan: LaunchPlan
+    settings: Settings
+    sessions: dict[str, HostSession] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    connected: bool = False
+
+    @property
+    def remote_unbound(self) -> bool:
+        """Whether remote ranks wait for a preflight to be bound."""
+        return (self.settings.bind_to != "none" and self.plan.launcher == "ssh"
+                and not self.connected and any(not r.is_local for r in self.plan.ranks))
+
+    def close(self) -> None:
+        """Close every checked host's connection (its bootstrap exits, having run
+        nothing). Idempotent."""
+        sessions, self.sessions = self.sessions, {}
+        for session in sessions.values():
+            session.close()
+
+    def __enter__(self) -> PreparedJob:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def plan_job(command: Sequence[str], settings: Settings, *,
+             environ: Mapping[str, str] | None = None, master_addr: str | None = None,
+             master_port: int | None = None) -> LaunchPlan:
+    """The plan of ``command`` under ``settings`` (pure but for reading this host's names
+    and a free port). Raises PlanError when the ranks do not fit."""
+    from gcurun.config.resolve import runtime_environment
+    from gcurun.hosts.locality import probe_local_names
+    from gcurun.launch.planning.plan import build_plan
+
+    environ = os.environ if environ is None else environ
+    hosts = settings.hosts or (HostSpec("localhost", slots=settings.np or 1),)
+    job_env = {name: environ[name] for name in settings.forward_env if name in environ}
+    job_env.update(settings.env)
+    job_env.update(runtime_environment(settings.runtime))
+    return build_plan(
+        hosts, command, np=settings.np, oversubscribe=settings.oversubscribe,
+        accelerator=settings.accelerator, device_var=DEVICE_VARIABLES[settings.accelerator],
+        devices=settings.devices, launcher=settings.launcher,
+        local_names=probe_local_names(), job_env=job_env,
+        forwarded_env=settings.forward_env, master_addr=master_addr,
+        this_host=socket.getfqdn(), master_port=master_port or free_port(),
+        workdir=settings.workdir or os.getcwd(), sources=settings.sources)
+
+
+def prepare(command: Sequence[str], settings: Settings, *,
+            environ: Mapping[str, str] | None = None, connect: bool = True,
+            master_addr: str | None = None, master_port: int | None = None) -> PreparedJob:
+    """Plan ``command``, check its remote hosts (unless ``connect`` is False) and bind it.
+
+    Raises PlanError (bad placement or binding), SSHConnectError (every failing host,
+    nothing started) or UsageError (a bad ssh config)."""
+    plan = plan_job(command, settings, environ=environ, master_addr=master_addr,
+                    master_port=master_port)
+    return prepare_plan(plan, settings, environ=environ, connect=connect)
+
+
+def prepare_plan(plan: LaunchPlan, settings: Settings, *,
+                 environ: Mapping[str, str] | None = None,
+                 connect: bool = True) -> PreparedJob:
+    """Check the remote hosts of a placed ``plan`` and bind it; see :func:`prepare`."""
+    sessions: dict[str, HostSession] = {}
+    if connect and plan.launcher == "ssh":
+        from gcurun.launch.ssh.preflight import preflight_plan
+
+        sessions = preflight_plan(plan, settings)
+    job = PreparedJob(plan, settings, sessions, connected=connect)
+    try:
+        job.plan, job.warnings = bind(plan, settings, sessions,
+                                      os.environ if environ is None else environ)
+    except BaseException:
+        job.close()
+        raise
+    return job
+
+
+def bind(plan: LaunchPlan, settings: Settings, sessions: Mapping[str, HostSession],
+         environ: Mapping[str, str]) -> tuple[LaunchPlan, tuple[str, ...]]:
+    """The plan with the CPU and memory binding of this host's ranks and of the ranks of
+    ``sessions``' hosts, and the warnings. Under mpirun, mpirun binds; the ranks it places
+    on this host are still checked against its cores, so too many fail the same way."""
+    if settings.bind_to == "none":
+        return plan, ()
+    from gcurun.hosts.topology import probe_topology
+    from gcurun.launch.planning.binding import LocalRank, bind_plan, plan_bindings
+
+    here = probe_topology()
+    if plan.launcher == "mpi":
+        warnings: tuple[str, ...] = ()
+        for host in dict.fromkeys(r.host for r in plan.ranks if r.is_local):
+            ranks = [LocalRank(r.rank, r.local_rank) for r in plan.ranks_on(host)]
+            warnings += plan_bindings(here, ranks, settings.bind_to, settings.map_by,
+                                      oversubscribe=settings.oversubscribe,
+                                      host=host).warnings
+        return plan, warnings
+    topologies = {r.host: here for r in plan.ranks if r.is_local}
+    plan, warnings = bind_plan(plan, topologies, settings.bind_to, settings.map_by,
+                               oversubscribe=settings.oversubscribe,
+                               user_env={**environ, **settings.env}, hosts=tuple(topologies))
+    if sessions:
+        from gcurun.launch.ssh.remote_topology import bind_remote_ranks
+
+        plan, remote = bind_remote_ranks(plan, settings, sessions)
+        warnings += remote
+    return plan, warnings
+
+
+def free_port() -> int:
+    """A TCP port that is free on this host right now (for MASTER_PORT)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
