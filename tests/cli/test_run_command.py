@@ -46,6 +46,23 @@ def test_json_only_with_dry_run():
     assert res.stderr == "gcurun: error: --json only goes with --dry-run; add --dry-run\n"
 
 
+def test_preflight_only_with_dry_run_and_not_for_mpirun():
+    res = run_gcurun("--preflight", "true")
+    assert res.returncode == 2
+    assert res.stderr == "gcurun: error: --preflight only goes with --dry-run; add --dry-run\n"
+    res = run_gcurun("--dry-run", "--preflight", "--mpi", "true")
+    assert res.returncode == 2
+    assert res.stderr == ("gcurun: error: --preflight checks the hosts gcurun reaches over "
+                          "SSH, but mpirun reaches its hosts itself; drop --preflight or "
+                          "--mpi\n")
+
+
+def test_dry_run_with_preflight_of_local_ranks_needs_no_host():
+    res = run_gcurun("--dry-run", "--preflight", "--json", "-np", "2", "true")
+    assert res.returncode == 0, res.stderr
+    assert [r["local"] for r in json.loads(res.stdout)["ranks"]] == [True, True]
+
+
 def test_job_runs_every_rank_with_prefixed_output(tmp_path):
     res = run_gcurun("-np", "3", "-x", "FOO=bar", sys.executable, WORKER, str(tmp_path),
                      "--linger", "0")
