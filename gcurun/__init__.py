@@ -1,11 +1,27 @@
 """gcurun: launch data-parallel training jobs on accelerator clusters and synchronise them.
 
-The package root stays import-light: a rank's ``import gcurun.runtime`` and
-``gcurun --help`` must not pay for rich, paramiko, mpi4py or numpy.
+``gcurun.run(fn, num_proc=...)`` runs a function on every rank (Horovod's ``horovod.run``).
+The package root stays import-light: a rank's ``import gcurun.runtime``, ``import gcurun``
+and ``gcurun --help`` must not pay for rich, paramiko, mpi4py or numpy; ``run`` loads on
+first use.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["RankFunctionError", "__version__", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "run":
+        from gcurun.launch.library import run
+
+        return run
+    if name == "RankFunctionError":
+        from gcurun.errors import RankFunctionError
+
+        return RankFunctionError
+    raise AttributeError(f"module 'gcurun' has no attribute {name!r}")

@@ -100,6 +100,21 @@ class RanksFailedError(GcurunError):
         super().__init__(failure.describe())
 
 
+class RankFunctionError(RanksFailedError):
+    """The function :func:`gcurun.run` ran raised on a rank: ``rank``, ``host``, the
+    exception's ``error_type`` name, ``message`` and the rank's ``remote_traceback``
+    (the exception itself is the ``__cause__`` when it could travel)."""
+
+    def __init__(self, failure: RankFailure, error_type: str, message: str,
+                 remote_traceback: str):
+        super().__init__(failure)
+        self.rank, self.host = failure.rank, failure.host
+        self.error_type, self.message = error_type, message
+        self.remote_traceback = remote_traceback
+        self.args = (f"rank {self.rank} on {self.host} raised {error_type}: {message}\n"
+                     f"{remote_traceback.rstrip()}",)
+
+
 class JobInterrupted(GcurunError):
     """The launcher got SIGINT or SIGTERM and stopped every rank (exit 128+N)."""
 

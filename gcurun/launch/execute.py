@@ -9,14 +9,22 @@ import queue
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from gcurun.config.api import Settings
 from gcurun.errors import LaunchError
 from gcurun.launch.api import Event, LaunchPlan, RankGroup
 from gcurun.launch.prepare import PreparedJob, prepare_plan
-from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE, SECRET_VARIABLE
+from gcurun.launch.remote.rank_env import ANY_ADDRESS, RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.launch.supervision.output import OutputSink
 from gcurun.launch.supervision.supervise import InterruptEvent, supervise
+
+
+class _Startable(Protocol):
+    def start(self) -> None: ...
+
+
+Server = TypeVar("Server", bound=_Startable)
 
 # Launcher name -> "module:function" making the rank groups of a prepared job; a module is
 # imported only when a job uses its executor.
@@ -59,11 +67,6 @@ def signals_to(events: queue.Queue[Event | InterruptEvent]) -> Iterator[None]:
             signal.signal(signum, old)
 
 
-# In GCURUN_RENDEZVOUS, this host stands for "the launcher's address on the connection to
-# the rank's host"; the SSH executor fills it in per host.
-ANY_LAUNCHER_ADDRESS = "*"
-
-
 @contextlib.contextmanager
 def job_rendezvous(plan: LaunchPlan) -> Iterator[dict[str, str]]:
     """Serve the tcp runtime's rendezvous for the job's life, when the job may use it.
@@ -82,22 +85,23 @@ def job_rendezvous(plan: LaunchPlan) -> Iterator[dict[str, str]]:
             "127.0.0.1"
         server.start()
     else:
-        server, host = _any_address_server(secret, plan.size), ANY_LAUNCHER_ADDRESS
+        server = start_on_any_address(
+            lambda host: RendezvousServer(host, 0, secret=secret, size=plan.size))
+        host = ANY_ADDRESS
     try:
         yield {RENDEZVOUS_VARIABLE: f"{host}:{server.address[1]}", SECRET_VARIABLE: secret.hex()}
     finally:
         server.close()
 
 
-def _any_address_server(secret: bytes, size: int):  # -> RendezvousServer
-    """A rendezvous on every address of this host: dual-stack IPv6 where it exists."""
-    from gcurun.rendezvous.server import RendezvousServer
-
+def start_on_any_address(make: Callable[[str], Server]) -> Server:
+    """``make(host)`` started on every address of this host: dual-stack IPv6 where this
+    host has IPv6, else IPv4. Raises LaunchError when neither can bind."""
     try:
-        server = RendezvousServer("::", 0, secret=secret, size=size)
+        server = make("::")
         server.start()
     except LaunchError:
-        server = RendezvousServer("0.0.0.0", 0, secret=secret, size=size)
+        server = make("0.0.0.0")
         server.start()
     return server
 

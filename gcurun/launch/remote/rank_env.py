@@ -12,6 +12,9 @@ HOROVOD_PREFIX = "HOROVOD_"
 
 SECRET_VARIABLE = "GCURUN_SECRET"
 RENDEZVOUS_VARIABLE = "GCURUN_RENDEZVOUS"
+# An address of the launcher given as ``*:PORT`` means "the launcher's address as seen
+# from the rank's host"; the executors fill it in per host.
+ANY_ADDRESS = "*"
 
 
 def rank_environment(

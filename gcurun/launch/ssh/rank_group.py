@@ -28,7 +28,7 @@ from gcurun.launch.api import (
     RankSpec,
 )
 from gcurun.launch.remote.protocol import ERROR, EXIT, STARTED, STREAM_KINDS, FrameReader
-from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE
+from gcurun.launch.remote.rank_env import ANY_ADDRESS
 from gcurun.launch.ssh.preflight import HostSession, drain_stderr, remote_hosts
 from gcurun.rendezvous.wire import encode_frame
 
@@ -185,7 +185,9 @@ def ssh_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[RankGroup]:
     Raises LaunchError when a remote host was not checked (a job prepared offline)."""
     from gcurun.launch.local_group import local_groups
 
-    plan, groups = job.plan, list(local_groups(job, secrets))
+    plan = job.plan
+    groups: list[RankGroup] = list(local_groups(job, with_launcher_address(secrets,
+                                                                            "127.0.0.1")))
     for name in remote_hosts(plan):
         session = job.sessions.get(name)
         if session is None:
@@ -198,14 +200,17 @@ def ssh_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[RankGroup]:
 
 
 def secrets_for(session: HostSession, secrets: Mapping[str, str]) -> dict[str, str]:
-    """The secrets of one host's ranks: a rendezvous given as ``*:PORT`` gets the
-    launcher's address on this host's connection, which that host can reach."""
-    value = secrets.get(RENDEZVOUS_VARIABLE, "")
-    if not value.startswith("*:"):
-        return dict(secrets)
-    host = launcher_address(session)
+    """The secrets of one host's ranks, where an address of the launcher given as
+    ``*:PORT`` (the rendezvous, gcurun.run's service) becomes the launcher's address on
+    this host's connection, which that host can reach."""
+    return with_launcher_address(secrets, launcher_address(session))
+
+
+def with_launcher_address(secrets: Mapping[str, str], host: str) -> dict[str, str]:
+    """``secrets`` with each ``*:PORT`` value's ``*`` replaced by ``host``."""
     shown = f"[{host}]" if ":" in host else host
-    return {**secrets, RENDEZVOUS_VARIABLE: f"{shown}:{value[2:]}"}
+    return {name: f"{shown}:{value[2:]}" if value.startswith(ANY_ADDRESS + ":") else value
+            for name, value in secrets.items()}
 
 
 def launcher_address(session: HostSession) -> str:

@@ -1,0 +1,208 @@
+"""``gcurun.run``: run a Python function on every rank and return what each returned.
+
+Horovod's ``horovod.run`` with its parameter names, through the same prepare -> plan ->
+execute as the ``gcurun`` command: the function (lambdas and closures too, pickled with
+cloudpickle) reaches each rank from a service of this process
+(:mod:`gcurun.launch.function_service`), never on a command line.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import pickle
+import shlex
+import sys
+import warnings
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from gcurun.config.api import Settings
+from gcurun.errors import LaunchError, RankFunctionError, RanksFailedError, UsageError
+
+if TYPE_CHECKING:
+    from gcurun.launch.function_service import FunctionService
+
+log = logging.getLogger("gcurun.run")
+
+# Horovod's elastic parameters: gcurun runs a fixed set of ranks.
+ELASTIC = ("min_num_proc", "max_num_proc", "slots", "reset_limit", "cooldown_range",
+           "min_np", "max_np")
+# A rank's outcome may still be in flight when its exit is seen.
+OUTCOME_WAIT_SECONDS = 10.0
+
+
+def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None, num_proc: int | None = None,
+        min_num_proc: int | None = None, max_num_proc: int | None = None,
+        slots: int | None = None, reset_limit: int | None = None,
+        cooldown_range: tuple[int, int] | None = None, hosts: str | None = None,
+        hostfile: str | None = None, start_timeout: float | None = None,
+        ssh_port: int | None = None, ssh_identity_file: str | None = None,
+        disable_cache: bool | None = None, output_filename: str | None = None,
+        verbose: int | bool | None = None, use_gloo: bool | None = None,
+        use_mpi: bool | None = None, mpi_args: str | None = None,
+        network_interface: str | None = None, executable: str | None = None,
+        np: int | None = None, min_np: int | None = None, max_np: int | None = None, *,
+        env: Mapping[str, str] | None = None, profile: str | None = None) -> list[Any]:
+    """Run ``fn(*args, **kwargs)`` on every rank; the list of its results, in rank order.
+
+    ``num_proc`` ranks (``np`` is Horovod's old name; default: every slot of ``hosts`` or
+    ``hostfile``, else 1) on ``hosts`` (``a:2,b:2``) or ``hostfile``, over SSH where a
+    host is remote, or under mpirun with ``use_mpi`` (``mpi_args``, ``network_interface``
+    go to mpirun); ``use_gloo`` means gcurun's own launcher and tcp runtime.
+    ``start_timeout`` bounds each host's SSH preflight; ``output_filename`` is a
+    directory for each rank's log files; ``env`` sets variables on every rank; ``profile``
+    is a cluster profile; ``executable`` is the ranks' Python; ``disable_cache`` changes
+    nothing (gcurun checks hosts every time); ``verbose`` prints the plan to stderr.
+    Settings not given come from the profile, ``GCURUN_*`` variables and defaults, as for
+    the ``gcurun`` command. Rank output is printed with ``[rank]`` prefixes.
+
+    Raises RankFunctionError (the rank's exception, rank and traceback) when ``fn`` raised,
+    UsageError for bad arguments (elastic ones included), SSHConnectError when a host
+    fails the preflight, and RanksFailedError or LaunchError when ranks cannot run.
+    """
+    import cloudpickle
+
+    from gcurun.config.resolve import load_settings
+
+    given = dict(locals())
+    cli = settings_from(given)
+    settings = load_settings(cli, profile, os.environ)
+    try:
+        payload = cloudpickle.dumps(functools.partial(fn, *args, **dict(kwargs or {})))
+    except Exception as exc:
+        raise UsageError(f"gcurun.run: the function or its arguments cannot be pickled "
+                         f"({type(exc).__name__}: {exc}); pass picklable values") from None
+    python = executable or settings.ssh.python or sys.executable
+    return _run(payload, python, settings, bool(verbose))
+
+
+def settings_from(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings the caller gave, by dotted key. Raises UsageError for arguments that
+    make no sense for gcurun or contradict each other."""
+    for name in ELASTIC:
+        if given.get(name) is not None:
+            raise UsageError(f"gcurun.run: {name}={given[name]!r} configures an elastic job, "
+                             "which gcurun does not run; leave it out and give num_proc")
+    num_proc, np = given.get("num_proc"), given.get("np")
+    if np is not None:
+        warnings.warn("gcurun.run: np is deprecated, use num_proc", DeprecationWarning,
+                      stacklevel=3)
+        if num_proc is not None and num_proc != np:
+            raise UsageError(f"gcurun.run: num_proc={num_proc} and np={np} disagree; "
+                             "give num_proc only")
+        num_proc = np
+    if given.get("hosts") is not None and given.get("hostfile") is not None:
+        raise UsageError("gcurun.run: give either hosts or hostfile, not both")
+    if given.get("use_gloo") and given.get("use_mpi"):
+        raise UsageError("gcurun.run: use_gloo and use_mpi exclude each other; give one")
+    for name in ("mpi_args", "network_interface"):
+        if given.get(name) is not None and not given.get("use_mpi"):
+            raise UsageError(f"gcurun.run: {name} is for mpirun launches; pass use_mpi=True "
+                             "too, or leave it out (gcurun's tcp runtime finds its network)")
+    cli: dict[str, Any] = {}
+    if num_proc is not None:
+        cli["np"] = num_proc
+    if given.get("hosts") is not None:
+        from gcurun.hosts.specs import parse_host_specs
+
+        cli["hosts"] = parse_host_specs(str(given["hosts"]))
+    if given.get("hostfile") is not None:
+        cli["hostfile"] = str(given["hostfile"])
+    if given.get("use_mpi"):
+        cli["launcher"] = "mpi"
+        if given.get("mpi_args") is not None:
+            cli["mpi.args"] = tuple(shlex.split(given["mpi_args"]))
+        if given.get("network_interface") is not None:
+            cli["mpi.network_interface"] = given["network_interface"]
+    timeout = given.get("start_timeout")
+    if timeout is not None:
+        if not timeout > 0:
+            raise UsageError(f"gcurun.run: start_timeout={timeout!r}: give seconds above 0")
+        cli["ssh.timeout"] = float(timeout)
+    for name, key in (("ssh_port", "ssh.port"), ("ssh_identity_file", "ssh.identity_file"),
+                      ("output_filename", "output_dir")):
+        if given.get(name) is not None:
+            cli[key] = given[name]
+    if given.get("env"):
+        cli["env"] = {str(k): str(v) for k, v in dict(given["env"]).items()}
+    return cli
+
+
+def _run(payload: bytes, python: str, settings: Settings, verbose: bool) -> list[Any]:
+    from gcurun.launch.execute import execute, start_on_any_address
+    from gcurun.launch.function_service import FunctionService
+    from gcurun.launch.prepare import prepare
+    from gcurun.launch.remote import run_function as rank_side
+    from gcurun.launch.remote.rank_env import ANY_ADDRESS
+    from gcurun.launch.supervision.output import OutputSink
+    from gcurun.rendezvous.wire import new_secret
+
+    with prepare([python, "-m", rank_side.__name__], settings) as job:
+        plan, secret = job.plan, new_secret()
+        for warning in job.warnings:
+            log.warning("%s", warning)
+        if verbose:
+            sys.stderr.write(f"gcurun.run: {plan.size} ranks on "
+                             f"{', '.join(h.name for h in plan.hosts)}, launcher "
+                             f"{plan.launcher}\n")
+        if all(r.is_local for r in plan.ranks):
+            service = FunctionService(payload, plan.size, secret)
+            service.start()
+            addresses = f"127.0.0.1:{service.port}"
+        else:
+            service = start_on_any_address(
+                lambda host: FunctionService(payload, plan.size, secret, host))
+            addresses = launcher_addresses(plan.launcher, service.port, ANY_ADDRESS)
+        try:
+            sink = OutputSink(sys.stdout, sys.stderr, show_ranks=settings.show_ranks,
+                              output_dir=settings.output_dir)
+            try:
+                execute(job, sink, {rank_side.ADDRESS_VARIABLE: addresses,
+                                    rank_side.SECRET_VARIABLE: secret.hex()})
+            except RanksFailedError as exc:
+                error = function_error(service, exc)
+                if error is exc:
+                    raise
+                raise error from error.__cause__
+            ranks = list(range(plan.size))
+            if not service.wait_for(ranks, OUTCOME_WAIT_SECONDS):
+                missing = [r for r in ranks if r not in service.outcomes]
+                raise LaunchError(f"gcurun.run: ranks {missing} exited without returning "
+                                  "a result (did the function end its process?)")
+            return [pickle.loads(service.outcomes[r].data) for r in ranks]
+        finally:
+            service.close()
+
+
+def launcher_addresses(launcher: str, port: int, any_address: str) -> str:
+    """Where ranks on other hosts reach this process: over SSH the executors fill in the
+    address of each host's connection; mpirun gives all ranks one list of this host's
+    addresses, which each rank tries in turn."""
+    if launcher != "mpi":
+        return f"{any_address}:{port}"
+    import socket
+
+    import psutil
+
+    found = [a.address.split("%")[0] for addrs in psutil.net_if_addrs().values()
+             for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)]
+    found.sort(key=lambda a: (a.startswith(("127.", "::1", "fe80")), ":" in a))
+    return ",".join(f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in found)
+
+
+def function_error(service: FunctionService, exc: RanksFailedError) -> RanksFailedError:
+    """The root-cause rank's own exception when the function raised there, else ``exc``."""
+    rank = exc.failure.rank
+    service.wait_for([rank], OUTCOME_WAIT_SECONDS)
+    outcome = service.outcomes.get(rank)
+    if outcome is None or outcome.ok:
+        return exc
+    report = pickle.loads(outcome.data)
+    error = RankFunctionError(exc.failure, report["type"], report["message"],
+                              report["traceback"])
+    if "exception" in report:
+        error.__cause__ = pickle.loads(report["exception"])
+    return error
