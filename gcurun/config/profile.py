@@ -22,15 +22,23 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from gcurun.config._yaml import (
+    SCALAR_TAGS,
+    TAG,
+    TEXT_TAGS,
+    compose,
+    describe,
+    float_or_none,
+    is_null,
+    join,
+    line_of,
+)
 from gcurun.config.schema import HOST_KEYS, KEYS, SECTIONS, Key
 from gcurun.errors import HostSpecError, ProfileError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.item import canonical_host
 from gcurun.hosts.specs import parse_host_specs
 
-_TAG = "tag:yaml.org,2002:"
-_SCALAR_TAGS = frozenset(_TAG + t for t in ("str", "int", "float", "bool", "null", "timestamp"))
-_TEXT_TAGS = frozenset(_TAG + t for t in ("str", "int", "float", "timestamp"))
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # Profile keys, by the section they sit in ("" is the top level).
@@ -83,9 +91,9 @@ def parse_profile(text: str, source: str) -> Profile:
     YAML, an unknown key (with the nearest valid key), a wrong type or an out-of-range value.
     Relative paths of ``hostfile`` and ``ssh`` files are taken from the profile's folder.
     """
-    root = _compose(text, source)
+    root = compose(text, source)
     reader = _Reader(source)
-    if root is not None and not _is_null(root):
+    if root is not None and not is_null(root):
         reader.read_top(root)
     lines = reader.lines
     if "hosts" in lines and "hostfile" in lines:
@@ -93,21 +101,6 @@ def parse_profile(text: str, source: str) -> Profile:
         raise ProfileError(f"{source}:{lines[second]}: {second}: '{first}' is given too (line "
                            f"{lines[first]}); keep one of them")
     return Profile(source, reader.values, lines)
-
-
-def _compose(text: str, source: str) -> Node | None:
-    try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = exc.problem or exc.context or "cannot be parsed"
-        if problem.startswith("but ") and exc.context:
-            problem = f"{exc.context}, {problem}"
-        raise ProfileError(f"{source}{line}: not valid YAML: {problem}; check the "
-                           "indentation and quoting there") from None
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{source}: not valid YAML: {exc}") from None
 
 
 class _Reader:
@@ -124,7 +117,7 @@ class _Reader:
     def read_top(self, node: Node) -> None:
         if not isinstance(node, MappingNode):
             self.fail(node, "", "a profile is a mapping of keys such as 'np: 8', got "
-                      + _describe(node))
+                      + describe(node))
         for name, key_node, value_node in self.items(node, ""):
             if name in SECTIONS:
                 self.read_section(name, value_node)
@@ -133,53 +126,53 @@ class _Reader:
                 self.read_leaf(key, key.path, key_node, value_node)
 
     def read_section(self, section: str, node: Node) -> None:
-        if _is_null(node):
+        if is_null(node):
             return
         if not isinstance(node, MappingNode):
             self.fail(node, section, f"expected a mapping of {section} settings, got "
-                      + _describe(node))
+                      + describe(node))
         for name, key_node, value_node in self.items(node, section):
             key = self.known(name, section, key_node, _LEVELS[section])
             self.read_leaf(key, key.path, key_node, value_node)
 
     def read_leaf(self, key: Key, path: str, key_node: Node, node: Node) -> None:
         self.values[path] = self.convert(key, path, node)
-        self.lines[path] = _line(key_node)
+        self.lines[path] = line_of(key_node)
 
     def items(self, node: MappingNode, prefix: str) -> Iterator[tuple[str, Node, Node]]:
         """The (name, key node, value node) of a mapping; duplicate keys are an error."""
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
-            if key_node.tag == _TAG + "merge":
-                self.fail(key_node, _join(prefix, "<<"),
+            if key_node.tag == TAG + "merge":
+                self.fail(key_node, join(prefix, "<<"),
                           "merge keys are not supported; write the keys out")
-            if not isinstance(key_node, ScalarNode) or _is_null(key_node):
-                self.fail(key_node, prefix, f"a key must be a name, got {_describe(key_node)}")
+            if not isinstance(key_node, ScalarNode) or is_null(key_node):
+                self.fail(key_node, prefix, f"a key must be a name, got {describe(key_node)}")
             name = key_node.value
-            path = _join(prefix, name)
+            path = join(prefix, name)
             if name in seen:
                 self.fail(key_node, path, f"given twice (first on line {seen[name]}); "
                           "keep one")
-            seen[name] = _line(key_node)
+            seen[name] = line_of(key_node)
             yield name, key_node, value_node
 
     def known(self, name: str, prefix: str, node: Node, level: Mapping[str, Key]) -> Key:
         if name in level:
             return level[name]
         here = list(level) + (list(SECTIONS) if prefix == "" else [])
-        self.fail(node, _join(prefix, name), "unknown key" + _suggest(name, prefix, here))
+        self.fail(node, join(prefix, name), "unknown key" + _suggest(name, prefix, here))
 
     def fail(self, node: Node, path: str, message: str) -> NoReturn:
-        where = f"{self.source}:{_line(node)}"
+        where = f"{self.source}:{line_of(node)}"
         raise ProfileError(f"{where}: {path}: {message}" if path else f"{where}: {message}")
 
     # -- values -----------------------------------------------------------------------
 
     def convert(self, key: Key, path: str, node: Node) -> Any:
-        if node.tag not in _SCALAR_TAGS and node.tag not in (_TAG + "seq", _TAG + "map"):
+        if node.tag not in SCALAR_TAGS and node.tag not in (TAG + "seq", TAG + "map"):
             self.fail(node, path, f"the tag '{node.tag}' is not allowed in a profile; "
                       "remove it")
-        if _is_null(node):
+        if is_null(node):
             if key.kind in _EMPTY:
                 return _EMPTY[key.kind]
             if key.nullable:
@@ -189,10 +182,10 @@ class _Reader:
 
     def wrong(self, key: Key, path: str, node: Node, hint: str = "") -> NoReturn:
         """A value of the wrong type: ``expected an integer, got 'eight'``."""
-        self.fail(node, path, f"expected {key.noun}, got {_describe(node)}{hint}")
+        self.fail(node, path, f"expected {key.noun}, got {describe(node)}{hint}")
 
     def out_of_range(self, key: Key, path: str, node: Node) -> NoReturn:
-        self.fail(node, path, f"expected {key.expected()}, got {_describe(node)}")
+        self.fail(node, path, f"expected {key.expected()}, got {describe(node)}")
 
     def construct(self, node: Node) -> Any:
         try:
@@ -201,7 +194,7 @@ class _Reader:
             self.fail(node, "", f"cannot read this value: {exc}")
 
     def to_int(self, key: Key, path: str, node: Node) -> int:
-        if not (isinstance(node, ScalarNode) and node.tag == _TAG + "int"):
+        if not (isinstance(node, ScalarNode) and node.tag == TAG + "int"):
             self.wrong(key, path, node)
         value = self.construct(node)
         if not key.in_range(value):
@@ -210,10 +203,10 @@ class _Reader:
 
     def to_float(self, key: Key, path: str, node: Node) -> float:
         value: float | None = None
-        if isinstance(node, ScalarNode) and node.tag in (_TAG + "int", _TAG + "float"):
+        if isinstance(node, ScalarNode) and node.tag in (TAG + "int", TAG + "float"):
             value = float(self.construct(node))
-        elif isinstance(node, ScalarNode) and node.tag == _TAG + "str" and node.style is None:
-            value = _float_or_none(node.value)     # 1e3 is a string to YAML 1.1
+        elif isinstance(node, ScalarNode) and node.tag == TAG + "str" and node.style is None:
+            value = float_or_none(node.value)     # 1e3 is a string to YAML 1.1
         if value is None or not math.isfinite(value):
             self.wrong(key, path, node)
         if not key.in_range(value):
@@ -221,13 +214,13 @@ class _Reader:
         return value
 
     def to_bool(self, key: Key, path: str, node: Node) -> bool:
-        if not (isinstance(node, ScalarNode) and node.tag == _TAG + "bool"):
+        if not (isinstance(node, ScalarNode) and node.tag == TAG + "bool"):
             self.wrong(key, path, node)
         return bool(self.construct(node))
 
     def to_text(self, key: Key, path: str, node: Node) -> str:
         # The text as written: numbers keep their spelling (device 07, variable 1e3).
-        if not (isinstance(node, ScalarNode) and node.tag in _TEXT_TAGS and node.value):
+        if not (isinstance(node, ScalarNode) and node.tag in TEXT_TAGS and node.value):
             self.wrong(key, path, node)
         return str(node.value)
 
@@ -251,7 +244,7 @@ class _Reader:
         if isinstance(node, SequenceNode):
             pairs = [(self.to_text(key, f"{path}[{i}]", item), item)
                      for i, item in enumerate(node.value)]
-        elif isinstance(node, ScalarNode) and node.tag in _TEXT_TAGS:
+        elif isinstance(node, ScalarNode) and node.tag in TEXT_TAGS:
             pairs = [(part.strip(), node) for part in node.value.split(",")]
         else:
             self.wrong(key, path, node)
@@ -270,17 +263,17 @@ class _Reader:
             self.wrong(key, path, node)
         env: dict[str, str] = {}
         for name, key_node, value_node in self.items(node, path):
-            item = _join(path, name)
+            item = join(path, name)
             if not _VARIABLE.match(name):
                 self.fail(key_node, item, f"'{name}' is not a variable name; use letters, "
                           "digits and underscores, not starting with a digit")
-            if _is_null(value_node):
+            if is_null(value_node):
                 self.fail(value_node, item, "expected a value, got nothing; write '' for "
                           "an empty value")
-            if not (isinstance(value_node, ScalarNode) and value_node.tag in _SCALAR_TAGS):
-                self.fail(value_node, item, f"expected a string, got {_describe(value_node)}")
+            if not (isinstance(value_node, ScalarNode) and value_node.tag in SCALAR_TAGS):
+                self.fail(value_node, item, f"expected a string, got {describe(value_node)}")
             env[name] = str(value_node.value)
-            self.lines[item] = _line(key_node)
+            self.lines[item] = line_of(key_node)
         return env
 
     def to_args(self, key: Key, path: str, node: Node) -> tuple[str, ...]:
@@ -295,7 +288,7 @@ class _Reader:
                       "the quotes or write a list")
 
     def to_hosts(self, key: Key, path: str, node: Node) -> tuple[HostSpec, ...]:
-        if isinstance(node, ScalarNode) and node.tag == _TAG + "str":
+        if isinstance(node, ScalarNode) and node.tag == TAG + "str":
             items: list[tuple[str, Node]] = [(path, node)]
         elif isinstance(node, SequenceNode):
             items = [(f"{path}[{i}]", item) for i, item in enumerate(node.value)]
@@ -313,16 +306,16 @@ class _Reader:
                     self.fail(item, item_path, f"host '{spec.name}' is listed twice (first "
                               f"on line {first_line[same]}); list each host once with "
                               "all its slots")
-                first_line[same] = _line(item)
+                first_line[same] = line_of(item)
                 hosts.append(spec)
         return tuple(hosts)
 
     def host_item(self, path: str, node: Node) -> tuple[HostSpec, ...]:
         if isinstance(node, MappingNode):
             return (self.host_mapping(path, node),)
-        if not (isinstance(node, ScalarNode) and node.tag == _TAG + "str"):
+        if not (isinstance(node, ScalarNode) and node.tag == TAG + "str"):
             self.fail(node, path, "expected a host such as 'node1:8' or a mapping with "
-                      f"'name' and 'slots', got {_describe(node)}")
+                      f"'name' and 'slots', got {describe(node)}")
         try:
             return parse_host_specs(node.value)
         except HostSpecError as exc:
@@ -332,14 +325,14 @@ class _Reader:
         given: dict[str, Any] = {}
         for name, key_node, value_node in self.items(node, path):
             key = self.known(name, path, key_node, HOST_KEYS)
-            given[name] = self.convert(key, _join(path, name), value_node)
+            given[name] = self.convert(key, join(path, name), value_node)
         if "name" not in given:
             self.fail(node, path, "a host needs a 'name'; add 'name: <hostname>'")
-        name = self.host_name(given.pop("name"), _join(path, "name"), node)
+        name = self.host_name(given.pop("name"), join(path, "name"), node)
         devices = given.get("devices")
         slots = given.setdefault("slots", len(devices) if devices else 1)
         if given.get("max_slots") is not None and given["max_slots"] < slots:
-            self.fail(node, _join(path, "max_slots"), f"{given['max_slots']} is below "
+            self.fail(node, join(path, "max_slots"), f"{given['max_slots']} is below "
                       f"slots {slots}; raise max_slots or lower slots")
         return HostSpec(name=name, **given)
 
@@ -388,32 +381,3 @@ def _suggest(name: str, prefix: str, here: Iterable[str]) -> str:
             place = f"under '{key.section}:'" if key.section else "at the top level"
             return f"; did you mean '{key.path}'? it goes {place}"
     return "; valid keys here: " + ", ".join(sorted(here))
-
-
-def _describe(node: Node) -> str:
-    if isinstance(node, SequenceNode):
-        return "a list"
-    if isinstance(node, MappingNode):
-        return "a mapping"
-    if _is_null(node):
-        return "nothing"
-    return f"'{node.value}'"
-
-
-def _is_null(node: Node) -> bool:
-    return isinstance(node, ScalarNode) and node.tag == _TAG + "null"
-
-
-def _line(node: Node) -> int:
-    return int(node.start_mark.line) + 1
-
-
-def _join(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
-
-
-def _float_or_none(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
