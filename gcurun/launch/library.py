@@ -187,10 +187,12 @@ def launcher_addresses(launcher: str, port: int, any_address: str) -> str:
 
     import psutil
 
+    from gcurun.rendezvous.wire import show_address
+
     found = [a.address.split("%")[0] for addrs in psutil.net_if_addrs().values()
              for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)]
     found.sort(key=lambda a: (a.startswith(("127.", "::1", "fe80")), ":" in a))
-    return ",".join(f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in found)
+    return ",".join(show_address((a, port)) for a in found)
 
 
 def function_error(service: FunctionService, exc: RanksFailedError) -> RanksFailedError:

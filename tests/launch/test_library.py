@@ -119,7 +119,7 @@ def test_an_exception_that_cannot_travel_still_reports_its_text():
     ({"hosts": "node[3-1]:8"}, "host spec 'node[3-1]:8': range 3-1 runs backwards"),
     ({"num_proc": 3, "hosts": "localhost:2"}, "-np 3 asks for more ranks than the 2 slots"),
 ])
-@pytest.mark.filterwarnings("ignore:gcurun.run: np is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_bad_arguments_are_refused_before_anything_starts(kwargs, message):
     with pytest.raises(UsageError) as info:
         gcurun.run(lambda: None, **kwargs)

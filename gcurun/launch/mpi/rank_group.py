@@ -233,19 +233,11 @@ def guarded(argv: list[str], grace_seconds: float) -> list[str]:
 
 
 def session_groups(sid: int) -> set[int]:
-    """The process groups of the live processes in session ``sid``."""
-    import psutil
+    """The process groups of the live processes in session ``sid`` (found as the guard
+    finds them)."""
+    from gcurun.launch.remote.mpi_guard import session_processes
 
-    groups = set()
-    for proc in psutil.process_iter(["pid", "status"]):
-        if proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        try:
-            if os.getsid(proc.info["pid"]) == sid:
-                groups.add(os.getpgid(proc.info["pid"]))
-        except OSError:
-            continue
-    return groups
+    return {group for _, group in session_processes(sid)}
 
 
 def local_interfaces() -> dict[str, tuple[str, ...]]:

@@ -30,7 +30,7 @@ from gcurun.launch.api import (
 from gcurun.launch.remote.protocol import ERROR, EXIT, STARTED, STREAM_KINDS, FrameReader
 from gcurun.launch.remote.rank_env import ANY_ADDRESS
 from gcurun.launch.ssh.preflight import HostSession, drain_stderr, remote_hosts
-from gcurun.rendezvous.wire import encode_frame
+from gcurun.rendezvous.wire import encode_frame, show_address
 
 if TYPE_CHECKING:
     from gcurun.launch.prepare import PreparedJob
@@ -208,8 +208,8 @@ def secrets_for(session: HostSession, secrets: Mapping[str, str]) -> dict[str, s
 
 def with_launcher_address(secrets: Mapping[str, str], host: str) -> dict[str, str]:
     """``secrets`` with each ``*:PORT`` value's ``*`` replaced by ``host``."""
-    shown = f"[{host}]" if ":" in host else host
-    return {name: f"{shown}:{value[2:]}" if value.startswith(ANY_ADDRESS + ":") else value
+    return {name: show_address((host, int(value[2:])))
+            if value.startswith(ANY_ADDRESS + ":") else value
             for name, value in secrets.items()}
 
 
