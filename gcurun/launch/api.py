@@ -1,9 +1,9 @@
 """Interfaces of the launch layer: the plan records, the events executors emit, and the
 rank-group protocol every executor implements.
 
-A plan is pure data built by :func:`gcurun.launch.planning.plan.build_plan`; executors only consume
-it. Executors report everything that happens (output bytes, exits) as events on one queue
-that the supervisor drains in one loop.
+A plan is pure data built by :func:`gcurun.launch.planning.plan.build_plan`; executors
+only consume it. Executors report everything that happens (output bytes, exits) as events
+on one queue that the supervisor drains in one loop.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Runs one job through gcurun's runner and reports the outcome as JSON.
+"""Runs one job through gcurun's run_job (prepare, then execute); the outcome as JSON.
 
 ``python driver.py SPEC_FILE`` (a JSON file, so nothing of the job shows on the driver's
 command line) prints rank output as gcurun does, then one line

@@ -1,4 +1,5 @@
-"""Real local jobs through the runner: real processes, real signals, psutil checks."""
+"""Real local jobs through run_job (prepare, then execute): real processes, real signals,
+psutil checks."""
 
 from __future__ import annotations
 

@@ -283,7 +283,7 @@ def test_a_host_stuck_past_its_deadline_is_given_up(env, monkeypatch):
         "timed out after 0.3 s connecting to node (127.0.0.1:")
 
 
-# -- a whole job through the runner -------------------------------------------------------
+# -- a whole job: prepare, then execute -------------------------------------------------
 
 def job(env, argv, hosts=(("sshnode", 2),)):
     config = env.tmp / "ssh_config"
