@@ -48,6 +48,7 @@ class FunctionService:
         self._listener: socket.socket | None = None
         self._lock = threading.Condition()
         self._closed = False
+        self._conns: set[socket.socket] = set()
         self.outcomes: dict[int, Outcome] = {}
 
     @property
@@ -71,9 +72,14 @@ class FunctionService:
         threading.Thread(target=self._accept, name="gcurun-run-service", daemon=True).start()
 
     def close(self) -> None:
+        """Stop accepting and drop every connection still open (its rank is gone)."""
         with self._lock:
             self._closed = True
             self._lock.notify_all()
+            conns, self._conns = self._conns, set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.shutdown(socket.SHUT_RDWR)
@@ -97,6 +103,11 @@ class FunctionService:
                 conn, peer = self._listener.accept()
             except OSError:
                 return   # closed
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    return
+                self._conns.add(conn)
             threading.Thread(target=self._serve, args=(conn, peer), daemon=True,
                              name="gcurun-run-rank").start()
 
@@ -104,7 +115,8 @@ class FunctionService:
         try:
             rank = self._greet(conn)
             if rank is not None:
-                header, data = rank_side.recv_blob(conn, None)   # as long as fn runs
+                # As long as the function runs: the job's end closes the connection.
+                header, data = rank_side.recv_blob(conn, None)
                 if header.get("op") == "result" and header.get("rank") == rank:
                     with self._lock:
                         self.outcomes[rank] = Outcome(bool(header.get("ok")), data)
@@ -112,6 +124,8 @@ class FunctionService:
         except (wire.WireError, OSError) as exc:
             log.debug("gcurun.run: connection from %s dropped: %s", peer, exc)
         finally:
+            with self._lock:
+                self._conns.discard(conn)
             conn.close()
 
     def _greet(self, conn: socket.socket) -> int | None:
