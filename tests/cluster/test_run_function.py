@@ -4,6 +4,7 @@ results come back in rank order, a remote rank's exception is raised here."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 
 import pytest
@@ -66,3 +67,15 @@ def test_a_remote_ranks_exception_names_its_rank_and_host(netns_cluster, profile
     assert (info.value.rank, info.value.host, info.value.error_type) == (
         1, "h2", "RuntimeError")
     assert str(info.value).startswith("rank 1 on h2 raised RuntimeError: no data on this host")
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
+def test_under_mpirun_across_hosts_each_rank_reaches_the_launcher(netns_cluster, profile):
+    def where() -> tuple[int, str, str]:
+        return (int(os.environ["GCURUN_RANK"]), socket.gethostname(),
+                os.environ["OMPI_COMM_WORLD_RANK"])
+
+    got = gcurun.run(where, hosts="h1:1,h2:1", use_mpi=True, profile=profile,
+                     network_interface=f"{netns_cluster.subnet_prefix}.0/24")
+    assert got == [(0, "h1", "0"), (1, "h2", "1")]
