@@ -23,6 +23,7 @@ from tests.helpers import wait_for
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.slurm]
 
 TASK = str(Path(__file__).resolve().parent / "slurm_task.py")
+CONTRACT_RANK = Path(__file__).resolve().parents[1] / "frameworks" / "contract_rank.py"
 
 
 def reports(directory: Path) -> list[dict]:
@@ -232,3 +233,19 @@ def test_node_names_resolve_on_the_nodes_and_through_login_command(slurm_jobs):
         [slurm_jobs.netns.host("h1").address, "h1"], done.stderr
     login = slurm_jobs.run(slurm_jobs.login_command(["getent", "hosts", "h2"]))
     assert login.stdout.split() == [slurm_jobs.netns.host("h2").address, "h2"], login.stderr
+
+
+@pytest.mark.jax
+def test_jax_finds_its_job_in_an_srun_step_by_itself(slurm_jobs, tmp_path):
+    pytest.importorskip("jax", reason="needs jax (pip install jax)")
+    out = tmp_path / "out"
+    out.mkdir()
+    # No coordinator, count or id given: JAX reads SLURM_STEP_NODELIST's first host,
+    # SLURM_NTASKS, SLURM_PROCID and SLURM_LOCALID, and picks a port from SLURM_JOB_ID.
+    done = slurm_jobs.run(["srun", "-N2", "-n2", "-o", f"{out}/%t.out", sys.executable,
+                           str(CONTRACT_RANK), "jax"], timeout=120,
+                          env=slurm_jobs.env(JAX_PLATFORMS="cpu"))
+    assert done.returncode == 0, done.stderr
+    got = [json.loads(p.read_text().strip().splitlines()[-1])
+           for p in sorted(out.glob("*.out"))]
+    assert [(r["rank"], r["size"], r["sum"]) for r in got] == [(0, 2, 3.0), (1, 2, 3.0)]
