@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Install what the test suite needs on a fresh Debian/Ubuntu machine (as root), then run it.
-#   system: openssh-server (sshd for the namespace hosts), iproute2 (ip netns), numactl
+#   system: openssh-server (sshd for the namespace hosts), iproute2 (ip netns), numactl,
+#           slurm-wlm and munge (a Slurm on the namespace hosts), libpmix-dev (srun --mpi=pmix)
 #   python: gcurun with its dev extra (pytest, pytest-timeout, ruff, mypy), torch 2.13.0 (CPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     missing=""
-    for tool in sshd:openssh-server ip:iproute2 numactl:numactl; do
+    for tool in sshd:openssh-server ip:iproute2 numactl:numactl slurmd:slurm-wlm munged:munge; do
         command -v "${tool%%:*}" >/dev/null || [ -x "/usr/sbin/${tool%%:*}" ] \
             || missing="$missing ${tool#*:}"
     done
+    # Slurm's PMIx plugin loads libpmix.so, which only the -dev package provides; the tests
+    # start their own slurmd, after this.
+    dpkg -s libpmix-dev >/dev/null 2>&1 || missing="$missing libpmix-dev"
     if [ -n "$missing" ]; then
         DEBIAN_FRONTEND=noninteractive apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing

@@ -1,12 +1,15 @@
-"""Namespace hosts for the SSH integration tests: one cluster per test session, torn down
-whatever happens. Without root, ip, unshare or sshd the tests skip and say why."""
+"""Namespace hosts for the SSH integration tests, and a Slurm on namespace hosts of its own:
+one of each per test session, torn down whatever happens. Without root, ip, unshare, sshd
+(or Slurm and munge) the tests skip and say why."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.cluster import slurm
 from tests.cluster.netns import (
     NetnsCluster,
     reap_stale_clusters,
@@ -15,9 +18,11 @@ from tests.cluster.netns import (
     stop_on_signals,
     unavailable_reason,
 )
+from tests.cluster.slurm import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = 3
+SLURM_HOSTS = 3
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +39,31 @@ def netns_cluster() -> NetnsCluster:
         yield cluster
     finally:
         stop_cluster(cluster.name)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """A real Slurm on namespace hosts of its own (h1..h3, 2 CPUs and 2 fake GPUs each),
+    torn down whatever happens."""
+    reason = slurm.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    reap_stale_clusters()
+    cluster = start_cluster(SLURM_HOSTS)
+    stop_on_signals(cluster.name)
+    try:
+        running = slurm.start_slurm(cluster)
+        try:
+            yield running
+        finally:
+            slurm.stop_slurm(running)
+    finally:
+        stop_cluster(cluster.name)
+
+
+@pytest.fixture
+def slurm_jobs(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The session's Slurm, left without jobs after the test (cancelled if need be), so
+    the next test gets every node."""
+    yield slurm_cluster
+    slurm.cancel_all(slurm_cluster)

@@ -25,12 +25,13 @@ mapping gives on equal hosts.
 from __future__ import annotations
 
 import os
-import re
 import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gcurun.errors import HostSpecError
+from gcurun.hosts.slurm import parse_tasks_per_node
 from gcurun.launch.remote.bind_exec import exec_command
 from gcurun.launch.remote.rank_env import rank_environment
 
@@ -64,12 +65,10 @@ def _int(env: Mapping[str, str], name: str) -> int:
 
 def slurm_tasks_on_node(spec: str, node: int) -> int:
     """Tasks on node ``node`` from Slurm's compressed list ``2(x3),1``."""
-    counts: list[int] = []
-    for part in spec.split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
-        if not match:
-            raise ShimError(f"Slurm tasks-per-node list {spec!r} is not like 2(x3),1")
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    try:
+        counts = parse_tasks_per_node(spec)
+    except HostSpecError as exc:
+        raise ShimError(str(exc)) from None
     if node >= len(counts):
         raise ShimError(f"SLURM_NODEID={node} is past the tasks-per-node list {spec!r}")
     return counts[node]

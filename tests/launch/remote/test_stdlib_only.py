@@ -15,8 +15,8 @@ import gcurun.launch.remote as remote
 
 HERE = Path(remote.__file__).parent
 BY_PATH = ("bind_exec", "mpi_guard")
-STDLIB_ONLY_GCURUN = ("gcurun", "gcurun.launch", "gcurun.launch.remote",
-                      "gcurun.rendezvous", "gcurun.rendezvous.wire")
+STDLIB_ONLY_GCURUN = ("gcurun", "gcurun.errors", "gcurun.hosts.slurm", "gcurun.launch",
+                      "gcurun.launch.remote", "gcurun.rendezvous", "gcurun.rendezvous.wire")
 EXTRA = {"run_function": {"cloudpickle"}}
 
 
