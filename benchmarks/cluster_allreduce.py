@@ -392,8 +392,11 @@ def measure_layout(layout: Layout, ranks: dict[str, list[Rank]], sizes: list[int
                 cell.seconds.append(run_turn(variant, ranks[variant], nbytes, cell.calls,
                                              estimate[variant]))
                 cell.checked += 1
-        for variant in variants:    # the next size's first guess: twice this one's time
-            estimate[variant] = 2 * statistics.median(cells[nbytes, variant].seconds)
+        median = {v: statistics.median(cells[nbytes, v].seconds) for v in variants}
+        estimate = {v: 2 * median[v] for v in variants}     # the next size's first guess
+        link = rate_bits / 8 / 1e9
+        progress(f"{layout.label}: {format_size(nbytes)}: busbw / link, medians: " + ", ".join(
+            f"{v} {busbw_of(layout, nbytes, median[v]) / link:.2f}" for v in variants))
     return LayoutResult(layout, cores, rate_bits, sizes, variants, cells)
 
 
@@ -410,10 +413,14 @@ def format_size(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def busbw(result: LayoutResult, nbytes: int, seconds: float) -> float:
+def busbw_of(layout: Layout, nbytes: int, seconds: float) -> float:
     """nccl-tests' bus bandwidth in GB/s: algbw x 2(n-1)/n."""
-    n = result.layout.ranks
+    n = layout.ranks
     return nbytes / seconds / 1e9 * 2 * (n - 1) / n
+
+
+def busbw(result: LayoutResult, nbytes: int, seconds: float) -> float:
+    return busbw_of(result.layout, nbytes, seconds)
 
 
 def format_table(result: LayoutResult) -> str:
