@@ -143,6 +143,7 @@ def test_the_table_has_a_row_per_size_and_variant_with_ratios_for_gcurun():
 
 def test_a_layout_with_more_ranks_than_cores_is_called_cpu_bound_without_goals():
     table = format_table(result(Layout(2, 2), cores=2))
-    assert "CPU-bound: 4 ranks on 2 cores; peers compared without a goal" in table
+    assert "CPU-bound: 4 ranks on 2 cores (MPI yields while idle); peers compared " \
+        "without a goal" in table
     assert "# goals: none (CPU-bound layout)" in table
     assert "algbw x 1.50" in table
