@@ -290,7 +290,9 @@ class Controller:
         self.address = f"{address}:{self.listener.getsockname()[1]}"
 
     def rank_env(self) -> dict[str, str]:
-        return {CONTROL_VAR: self.address, RUN_VAR: self.run_id, IDLE_VAR: str(IDLE_SECONDS)}
+        """What every rank is given: where to report, and this checkout's gcurun."""
+        return {CONTROL_VAR: self.address, RUN_VAR: self.run_id, IDLE_VAR: str(IDLE_SECONDS),
+                "PYTHONPATH": str(ROOT)}
 
     def accept(self, jobs: dict[str, Job], layout: Layout,
                seconds: float) -> dict[str, list[Rank]]:
