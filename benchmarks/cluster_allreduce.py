@@ -519,6 +519,9 @@ def prepare_cluster(args: argparse.Namespace, hosts: int) -> tuple[Any, bool]:
     )
 
     if args.cluster is not None:
+        if not (args.cluster / "cluster.json").is_file():
+            raise BenchmarkError(f"--cluster {args.cluster}: no cluster.json there; give the "
+                                 "directory that netns-cluster.sh up printed")
         cluster = load_cluster(args.cluster)
         if len(cluster.hosts) < hosts:
             raise BenchmarkError(f"cluster {args.cluster} has {len(cluster.hosts)} hosts; "
