@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,8 @@ class NetnsCluster:
     identity_file: Path
     gateway: str
     hosts: tuple[NetnsHost, ...]
+    link_rate_bits: int | None = None   # the tbf rate on every host's link; None: unshaped
+    docker0: str | None = None          # every host's docker0 address, if it has one
 
     def host(self, name: str) -> NetnsHost:
         return next(h for h in self.hosts if h.name == name)
@@ -70,11 +74,18 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def start_cluster(count: int, setenv: Mapping[str, str] | None = None) -> NetnsCluster:
-    """Build ``count`` hosts h1..hN. Raises RuntimeError with the script's message."""
+def start_cluster(count: int, setenv: Mapping[str, str] | None = None, *,
+                  rate: str | None = None, docker0: bool = False) -> NetnsCluster:
+    """Build ``count`` hosts h1..hN. ``rate`` (tc's form: ``2gbit``, ``500mbit``) shapes
+    both ends of every host's link; ``docker0`` gives every host a second interface that
+    reaches no other host. Raises RuntimeError with the script's message."""
     args = [str(SCRIPT), "up", str(count)]
     for key, value in (setenv or {}).items():
         args += ["--setenv", f"{key}={value}"]
+    if rate is not None:
+        args += ["--rate", rate]
+    if docker0:
+        args.append("--docker0")
     done = subprocess.run(args, capture_output=True, text=True, timeout=SCRIPT_SECONDS)
     if done.returncode != 0:
         raise RuntimeError(f"netns-cluster.sh up failed: {done.stderr.strip()}")
@@ -85,11 +96,93 @@ def start_cluster(count: int, setenv: Mapping[str, str] | None = None) -> NetnsC
 
 def load_cluster(directory: Path) -> NetnsCluster:
     info = json.loads((directory / "cluster.json").read_text())
+    rate = directory / "link_rate"
     return NetnsCluster(
         name=info["name"], dir=directory, ssh_config=Path(info["ssh_config"]),
         known_hosts=Path(info["known_hosts"]), identity_file=Path(info["identity_file"]),
         gateway=info["gateway"],
-        hosts=tuple(NetnsHost(h["name"], h["address"], h["netns"]) for h in info["hosts"]))
+        hosts=tuple(NetnsHost(h["name"], h["address"], h["netns"]) for h in info["hosts"]),
+        link_rate_bits=int(rate.read_text()) if rate.exists() else None,
+        docker0=info.get("docker0"))
+
+
+def shape_cluster(cluster: NetnsCluster, rate: str | None) -> NetnsCluster:
+    """Shape every host's link at ``rate`` (``2gbit``), or unshape it (None); the cluster
+    as it is now. Raises RuntimeError with the script's message."""
+    done = subprocess.run([str(SCRIPT), "shape", cluster.name, rate or "off"],
+                          capture_output=True, text=True, timeout=SCRIPT_SECONDS)
+    if done.returncode != 0:
+        raise RuntimeError(f"netns-cluster.sh shape failed: {done.stderr.strip()}")
+    return load_cluster(cluster.dir)
+
+
+# A TCP stream between two hosts: the receiver prints its port, then, when the sender has
+# closed, the payload rate in bits per second after the first WARMUP seconds (slow start).
+_RECEIVER = """
+import socket, sys, time
+WARMUP = float(sys.argv[2])
+s = socket.create_server((sys.argv[1], 0))
+s.settimeout(float(sys.argv[3]))
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+c.settimeout(float(sys.argv[3]))
+buf = bytearray(1 << 20)
+first = start = None
+total = 0
+while True:
+    n = c.recv_into(buf)
+    now = time.perf_counter()
+    if not n:
+        break
+    first = first or now
+    if start is None and now - first >= WARMUP:
+        start, total = now, 0
+    total += n
+print(total * 8 / (now - start) if start and now > start else 0.0, flush=True)
+"""
+_SENDER = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[4]))
+data = bytes(1 << 20)
+end = time.perf_counter() + float(sys.argv[3])
+while time.perf_counter() < end:
+    c.sendall(data)
+c.close()
+"""
+
+
+def measure_link_rate(cluster: NetnsCluster, source: str, target: str,
+                      seconds: float = 2.0, warmup: float = 0.5) -> float:
+    """The payload rate of one TCP stream from host ``source`` to host ``target``, in bits
+    per second, over ``seconds`` after ``warmup`` seconds of slow start. Raises
+    RuntimeError when either end fails."""
+    src, dst = cluster.host(source), cluster.host(target)
+    deadline = seconds + warmup + 30
+    receiver = subprocess.Popen(
+        ["ip", "netns", "exec", dst.netns, sys.executable, "-c", _RECEIVER, dst.address,
+         str(warmup), str(deadline)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert receiver.stdout is not None
+        ready, _, _ = select.select([receiver.stdout], [], [], 30)
+        port = receiver.stdout.readline().strip() if ready else ""
+        if not port.isdigit():
+            raise RuntimeError(f"the receiver on {target} did not start: "
+                               f"{receiver.communicate(timeout=10)[1].strip()}")
+        sender = subprocess.run(
+            ["ip", "netns", "exec", src.netns, sys.executable, "-c", _SENDER, dst.address,
+             port, str(seconds + warmup), str(deadline)],
+            capture_output=True, text=True, timeout=deadline)
+        if sender.returncode != 0:
+            raise RuntimeError(f"the sender on {source} failed: {sender.stderr.strip()}")
+        out, err = receiver.communicate(timeout=30)
+        if receiver.returncode != 0:
+            raise RuntimeError(f"the receiver on {target} failed: {err.strip()}")
+        return float(out.strip())
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.wait(timeout=10)
 
 
 def stop_cluster(name: str) -> None:
