@@ -15,11 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from gcurun.errors import UsageError
 from gcurun.runtime.api import NotInitializedError, Transport
-from gcurun.runtime.collectives import Communicator
 from gcurun.runtime.env import BackendName, RuntimeEnv, read_runtime_env
 from gcurun.runtime.local import SelfTransport
 from gcurun.runtime.topology import Topology, derive_topology
@@ -29,11 +26,11 @@ from gcurun.runtime.topology import Topology, derive_topology
 class _State:
     backend: BackendName
     transport: Transport
-    communicator: Communicator
     topology: Topology
     env: RuntimeEnv
     mpi_threads: bool = False
     engine: Any = None          # the background engine (gcurun.runtime.engine.Engine)
+    communicator: Any = None    # the synchronous collectives on the engine
 
 
 _state: _State | None = None
@@ -102,7 +99,7 @@ def state(what: str) -> _State:
     return current
 
 
-def communicator(what: str) -> Communicator:
+def communicator(what: str) -> Any:
     current = _state
     if current is None:
         raise NotInitializedError(what)
@@ -179,12 +176,11 @@ def _start_engine(state_: _State) -> _State:
     try:
         if state_.backend == "mpi":
             _check_mpi_threads()
-        state_.engine = start_engine(state_.transport, state_.env,
-                                     state_.communicator.chunk_bytes)
+        state_.engine = start_engine(state_.transport, state_.env, state_.env.chunk_bytes)
     except BaseException:
         state_.transport.close()
         raise
-    state_.communicator = EngineCommunicator(state_.engine)  # type: ignore[assignment]
+    state_.communicator = EngineCommunicator(state_.engine)
     return state_
 
 
@@ -207,7 +203,7 @@ def _init_local(env: RuntimeEnv) -> _State:
                          "it; start the job with gcurun (or mpirun)")
     transport = SelfTransport()
     topology = Topology(0, 1, 0, 1, 0, 1, True)
-    return _State("local", transport, Communicator(transport, env.chunk_bytes), topology, env)
+    return _State("local", transport, topology, env)
 
 
 def _init_tcp(env: RuntimeEnv) -> _State:
@@ -238,7 +234,7 @@ def _init_tcp(env: RuntimeEnv) -> _State:
         # The launcher's plan is the truth (its hosts may share one kernel in tests).
         topology = Topology(facts.rank, facts.size, facts.local_rank, facts.local_size,
                             facts.cross_rank, facts.cross_size, topology.homogeneous)
-    return _State("tcp", transport, Communicator(transport, env.chunk_bytes), topology, env)
+    return _State("tcp", transport, topology, env)
 
 
 def _init_mpi(env: RuntimeEnv, comm: Any) -> _State:
@@ -253,10 +249,9 @@ def _init_mpi(env: RuntimeEnv, comm: Any) -> _State:
         comm = MPI.COMM_WORLD.Create_group(group)
         group.Free()
     transport = MPITransport(comm, env.timeout_seconds)
-    communicator_ = Communicator(transport, env.chunk_bytes)
     local_rank_, local_size_, cross_rank_, cross_size_ = mpi_topology(comm, env.facts)
-    sizes = communicator_.allgather(np.array([local_size_], np.int64), name="gcurun.init")
+    sizes = comm.allgather(local_size_)
     topology = Topology(transport.rank, transport.size, local_rank_, local_size_, cross_rank_,
-                        cross_size_, len(set(sizes.tolist())) == 1)
+                        cross_size_, len(set(sizes)) == 1)
     threads = MPI.Query_thread() == MPI.THREAD_MULTIPLE
-    return _State("mpi", transport, communicator_, topology, env, threads)
+    return _State("mpi", transport, topology, env, threads)

@@ -1,6 +1,7 @@
 """The allreduce benchmark behind ``benchmarks/allreduce.py`` (and ``gcurun bench
-allreduce``): an nccl-tests-style table of gcurun's ring on each available backend and,
-under an MPI launcher, of the MPI library's own MPI_Allreduce, all measured in one run.
+allreduce``): an nccl-tests-style table of gcurun's allreduce on each available backend
+(as a script calls it: the engine's synchronous path) and, under an MPI launcher, of the
+MPI library's own MPI_Allreduce, all measured in one run.
 
 Every variant reduces the same float32 buffer in place with Sum. For each size the
 variants take turns, several rounds in an order shuffled every round, and each keeps its
@@ -9,8 +10,8 @@ rank's mean over its iterations. With ``--repeat`` the whole sweep runs several 
 far apart in time, and each variant keeps its best over all of them (a shared machine
 has slow spells lasting seconds).
 
-Under mpirun both backends run side by side in one process: the tcp one through a
-rendezvous that rank 0 serves for the occasion.
+Under mpirun both backends run side by side in one process, each with its own engine:
+the tcp one through a rendezvous that rank 0 serves for the occasion.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from gcurun.runtime.api import ReduceOp
-from gcurun.runtime.collectives import Communicator
+from gcurun.runtime.async_ops import EngineCommunicator
 from gcurun.runtime.dtypes import aligned_empty
+from gcurun.runtime.engine import start_engine
 from gcurun.runtime.env import RuntimeEnv, read_runtime_env
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -40,12 +42,15 @@ class Row:
 
 @dataclass
 class Job:
-    """What the benchmark runs on: communicators by backend, and MPI when launched by it."""
+    """What the benchmark runs on: the synchronous collectives of an engine by backend,
+    and MPI when launched by it."""
 
     rank: int
     size: int
     hosts: int
-    communicators: dict[str, Communicator]
+    communicators: dict[str, EngineCommunicator]
+    transports: dict[str, Any]
+    chunk_bytes: int
     mpi_comm: Any = None
     closers: tuple[Callable[[], None], ...] = ()
 
@@ -102,25 +107,34 @@ def open_job(env: RuntimeEnv, backends: Sequence[str]) -> Job:
         from mpi4py import MPI
 
         mpi_comm = MPI.COMM_WORLD
-    communicators: dict[str, Communicator] = {}
+    communicators: dict[str, EngineCommunicator] = {}
     closers: list[Callable[[], None]] = []
     if "mpi" in backends and mpi_comm is not None:
         from gcurun.runtime.mpi_transport import MPITransport
 
         transport = MPITransport(mpi_comm, env.timeout_seconds)
-        communicators["mpi"] = Communicator(transport, env.chunk_bytes)
-        closers.append(transport.close)
+        communicators["mpi"] = _engine(transport, env, closers, transport.close)
     if "tcp" in backends and (env.rendezvous is not None or mpi_comm is not None):
         transport_, closer = _tcp_transport(env, mpi_comm)
-        communicators["tcp"] = Communicator(transport_, env.chunk_bytes)
-        closers.append(closer)
+        communicators["tcp"] = _engine(transport_, env, closers, closer)
     if not communicators:
         raise RuntimeError(f"none of the backends {', '.join(backends)} can run here; start "
                            "the benchmark under mpirun or gcurun")
     first = next(iter(communicators.values()))
     hostnames = first.allgather_object(_hostname(env))
-    return Job(first.rank, first.size, len(set(hostnames)), communicators, mpi_comm,
-               tuple(closers))
+    transports = {name: comm.engine.t for name, comm in communicators.items()}
+    return Job(first.rank, first.size, len(set(hostnames)), communicators, transports,
+               env.chunk_bytes, mpi_comm, tuple(closers))
+
+
+def _engine(transport: Any, env: RuntimeEnv, closers: list[Callable[[], None]],
+            close: Callable[[], None]) -> EngineCommunicator:
+    closers.append(close)
+    # Every call here is synchronous on every rank: no idle cycles, which would run beside
+    # the other variants' rounds.
+    engine = start_engine(transport, env, env.chunk_bytes, idle_cycles=False)
+    closers.insert(0, engine.stop)
+    return EngineCommunicator(engine)
 
 
 def _hostname(env: RuntimeEnv) -> str:
@@ -208,7 +222,7 @@ def best_row(rows: Sequence[Row]) -> Row:
                                 for name in rows[0].seconds})
 
 
-def _ring(comm: Communicator, buf: np.ndarray) -> Callable[[], Any]:
+def _ring(comm: EngineCommunicator, buf: np.ndarray) -> Callable[[], Any]:
     total = ReduceOp.SUM        # bound once, as a script's hvd.Sum is
     return lambda: comm.allreduce(buf, total, name="bench", inplace=True)
 

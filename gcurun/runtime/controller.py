@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from gcurun.runtime import algorithms as alg
+from gcurun.runtime._results import finish_reduction, reduce_views
 from gcurun.runtime.api import (
     ArgumentError,
     CollectiveError,
@@ -48,20 +49,20 @@ from gcurun.runtime.api import (
     Transport,
 )
 from gcurun.runtime.cache import ResponseCache
-from gcurun.runtime.collectives import _finish_reduction, reduce_views
 from gcurun.runtime.dtypes import DTYPE_CODES, NO_DTYPE, UFUNCS
-from gcurun.runtime.negotiate import OpKind, prepared_sendrecv
 from gcurun.runtime.requests import (
     CACHEABLE,
     PENDING,
     Agreed,
     Op,
+    OpKind,
     agree,
     describe,
     match_key,
 )
 from gcurun.runtime.stall import CHECK_INTERVAL, Stalled, StallInspector, stall_warning
 from gcurun.runtime.timeline import Timeline
+from gcurun.runtime.transport.prepared import prepared_sendrecv
 
 log = logging.getLogger("gcurun.runtime.engine")
 
@@ -98,25 +99,32 @@ class _Waiting:
     op: str
 
 
-class InlinePlan:
+class QuickPlan:
     """A synchronous allreduce of one signature (name, dtype, shape, reduce op and
-    postscale) small enough to ride in the block, worked out once for the quick cycle."""
+    postscale), worked out once for the quick cycle. A tensor small enough rides in the
+    block (``views``); a larger one is reduced once the exchange found it ready
+    everywhere."""
 
-    __slots__ = ("name", "key", "rop", "ufunc", "postscale", "finish", "views", "mine",
-                 "plain", "agreed")
+    __slots__ = ("name", "key", "dtype", "shape", "op", "rop", "ufunc", "postscale", "finish",
+                 "finisher", "views", "mine", "plain", "agreed")
 
-    def __init__(self, name: str, key: tuple, rop: ReduceOp, postscale: float,
-                 views: list[np.ndarray], rank: int):
+    def __init__(self, name: str, key: tuple, tensor: np.ndarray, op: Any, rop: ReduceOp,
+                 postscale: float, views: list[np.ndarray] | None, rank: int, size: int):
         self.name = name
         self.key = key                  # what the cached agreement must match
+        # The signature as the caller gives it, compared by identity on every call.
+        self.dtype, self.shape, self.op = tensor.dtype, tensor.shape, op
         self.rop = rop
         self.ufunc = UFUNCS[rop]
         self.postscale = postscale
         self.finish = rop == ReduceOp.AVERAGE or postscale != 1.0
+        self.finisher = None            # the finish as a function of the output
+        if self.finish:
+            self.finisher = lambda out: finish_reduction(out, rop, size, postscale)
         self.views = views              # every rank's inline data, shaped like the tensor
-        self.mine = views[rank]
+        self.mine = None if views is None else views[rank]
         # Two ranks and a result of at least one dimension: one ufunc call makes it.
-        self.plain = len(views) == 2 and self.mine.ndim > 0
+        self.plain = views is not None and len(views) == 2 and views[rank].ndim > 0
         self.agreed: Agreed | None = None   # the cached agreement last found to match
 
 
@@ -316,20 +324,21 @@ class Controller:
 
     # -- the quick cycle ------------------------------------------------------------------
 
-    def plan_inline(self, name: str, tensor: np.ndarray, rop: ReduceOp,
-                    postscale: float) -> InlinePlan | None:
-        """How :meth:`quick_slot` and :meth:`quick_exchange` carry allreduces like
-        ``tensor`` (contiguous, valid arguments), or None when it does not fit the block."""
-        if tensor.nbytes > INLINE_BYTES:
-            return None
+    def plan_quick(self, name: str, tensor: np.ndarray, op: Any, rop: ReduceOp,
+                   postscale: float) -> QuickPlan:
+        """How :meth:`quick_slot` and :meth:`quick_exchange` negotiate allreduces like
+        ``tensor`` (contiguous, valid arguments): inline when it fits the block."""
         code = DTYPE_CODES.get(tensor.dtype, NO_DTYPE)
         key = match_key(OpKind.ALLREDUCE, code, tuple(tensor.shape), int(rop), -1, 1.0,
                         float(postscale), -1)
-        views = [block.reshape(tensor.shape)
-                 for block in self.inline_blocks(tensor.dtype, tensor.size)]
-        return InlinePlan(name, key, rop, float(postscale), views, self.rank)
+        views = None
+        if tensor.nbytes <= INLINE_BYTES:
+            views = [block.reshape(tensor.shape)
+                     for block in self.inline_blocks(tensor.dtype, tensor.size)]
+        return QuickPlan(name, key, tensor, op, rop, float(postscale), views, self.rank,
+                         self.size)
 
-    def quick_slot(self, plan: InlinePlan) -> int:
+    def quick_slot(self, plan: QuickPlan) -> int:
         """The cache slot of ``plan``'s name when a quick cycle can carry it, else -1.
         The caller has no op pending; this rank must have no news to give either."""
         entry = self.cache.by_name.get(plan.name)
@@ -349,15 +358,19 @@ class Controller:
             return -1
         return slot
 
-    def quick_exchange(self, plan: InlinePlan, slot: int, tensor: np.ndarray) -> bool:
-        """A cycle in which this rank's only op is ``plan``'s, its data inline: what
-        :meth:`cycle` does, for that case. True: the op is done everywhere (its result
-        is :meth:`quick_result`); False: the blocks call for the usual processing (the
-        caller adopts the op, then runs :meth:`complete`)."""
+    def quick_exchange(self, plan: QuickPlan, slot: int, tensor: np.ndarray) -> bool:
+        """A cycle in which this rank's only op is ``plan``'s (its data inline when it
+        fits): what :meth:`cycle` does, for that case. True: the op is ready everywhere
+        and nothing else is (an inline one is done: its result is :meth:`quick_result`);
+        False: the blocks call for the usual processing (the caller adopts the op, then
+        runs :meth:`complete`)."""
         self._cycle += 1
-        plan.mine[...] = tensor
         head, bits = self._head, self._bit_bytes
-        carried = slot + 1
+        if plan.mine is not None:
+            plan.mine[...] = tensor
+            carried = slot + 1
+        else:
+            carried = 0         # nothing inline: what the others carry does not matter
         epoch = self.cache.epoch
         head[0], head[1], head[2] = 0, epoch, carried
         byte, bit = slot >> 3, 1 << (slot & 7)
@@ -366,8 +379,8 @@ class Controller:
         heads, rows = self._heads, self._bit_rows
         for r in self._others:
             flags, their_epoch, their_carried = heads[r].tolist()
-            if flags or their_epoch != epoch or their_carried != carried or \
-                    not rows[r][byte] & bit:
+            if flags or their_epoch != epoch or not rows[r][byte] & bit or \
+                    carried and their_carried != carried:
                 return False
         bits[byte] ^= bit
         head[2] = 0
@@ -377,17 +390,19 @@ class Controller:
             self._joined_at.clear()
         return True
 
-    def quick_result(self, plan: InlinePlan, tensor: np.ndarray, inplace: bool) -> np.ndarray:
-        """The reduction of the blocks a successful :meth:`quick_exchange` gathered."""
+    def quick_result(self, plan: QuickPlan, tensor: np.ndarray, inplace: bool) -> np.ndarray:
+        """The reduction of the inline blocks a successful :meth:`quick_exchange`
+        gathered."""
         out = reduce_views(plan, tensor, inplace)
         if plan.finish:
-            _finish_reduction(out, plan.rop, self.size, plan.postscale)
+            finish_reduction(out, plan.rop, self.size, plan.postscale)
         return out
 
-    def adopt(self, op: Op, slot: int) -> None:
-        """``op`` is the one a :meth:`quick_exchange` that returned False carried."""
+    def adopt(self, op: Op, slot: int, inline: bool) -> None:
+        """``op`` is the one a :meth:`quick_exchange` that returned False negotiated."""
         op.position = slot
-        self._inline_op = op
+        if inline:
+            self._inline_op = op
 
     # -- the slow path --------------------------------------------------------------------
 

@@ -17,10 +17,11 @@ next idle cycle due at once, and that cycle, begun before the next step's ops ar
 would hold this rank one exchange behind when they do.
 
 Synchronous calls run their cycles on the calling thread while the engine thread is
-idle. A small allreduce of a cached name, when this rank has nothing else going on, takes
-a quick cycle: the usual cycle for that one case written out flat, its data inline in
+idle. An allreduce of a cached name, when this rank has nothing else going on, takes a
+quick cycle: the usual cycle for that one case written out flat. A small one rides in
 the negotiation block, done after the one exchange when every rank carried it (see
-:mod:`gcurun.runtime.controller`).
+:mod:`gcurun.runtime.controller`); a larger one is then reduced at once by the executor's
+reduction routine.
 """
 
 from __future__ import annotations
@@ -36,14 +37,13 @@ import numpy as np
 
 from gcurun.errors import CollectiveError, UsageError
 from gcurun.runtime import algorithms as alg
+from gcurun.runtime._results import deliver, finish_reduction
 from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Transport
-from gcurun.runtime.collectives import _deliver, _finish_reduction
-from gcurun.runtime.controller import Controller, InlinePlan, Outcome, ProtocolError
+from gcurun.runtime.controller import Controller, Outcome, ProtocolError, QuickPlan
 from gcurun.runtime.dtypes import UFUNCS
 from gcurun.runtime.env import RuntimeEnv
 from gcurun.runtime.executor import Executor
-from gcurun.runtime.negotiate import OpKind
-from gcurun.runtime.requests import AGREED, DONE, PENDING, Agreed, Op
+from gcurun.runtime.requests import AGREED, DONE, PENDING, Agreed, Op, OpKind
 from gcurun.runtime.stall import StallInspector, format_ranks
 from gcurun.runtime.timeline import Timeline, timeline_path
 
@@ -76,12 +76,15 @@ class Engine:
     """The engine of one rank. Start it with :func:`start_engine`."""
 
     def __init__(self, transport: Transport, env: RuntimeEnv, *, capacity: int,
-                 threshold_bytes: int, chunk_bytes: int):
+                 threshold_bytes: int, chunk_bytes: int, idle_cycles: bool = True):
         self.t = transport
         self.rank, self.size = transport.rank, transport.size
         self.timeout = env.timeout_seconds
         self.cycle_seconds = env.cycle_time_ms / 1000
         self.threshold_bytes = threshold_bytes
+        # Without idle cycles the engine thread runs only for submitted ops: every rank's
+        # callers must then call every op synchronously (they drive the cycles).
+        self.idle_tick = IDLE_TICK if idle_cycles else float("inf")
         path = timeline_path(env.timeline, self.rank) if env.timeline else None
         self.timeline = None if path is None else Timeline(
             path, max_bytes=int(env.timeline_max_mb * MIB),
@@ -171,15 +174,16 @@ class Engine:
             self._cycling.release()
         return self._result(op, deadline)
 
-    def allreduce_now(self, plan: InlinePlan, tensor: np.ndarray,
+    def allreduce_now(self, plan: QuickPlan, tensor: np.ndarray,
                       inplace: bool) -> np.ndarray | None:
         """A synchronous allreduce of a contiguous ``tensor`` that fits ``plan``, in a
         quick cycle when this rank has nothing else going on and the name is cached; None
         when the caller must take the usual path (:meth:`run_now`) instead.
 
         The quick cycle is the usual cycle for this one case, written out flat, with the
-        same block on the wire: when every rank carried the op inline it is done after
-        the one exchange; else it becomes an ordinary pending op of that cycle.
+        same block on the wire: when every rank has the op ready (and nothing else), it
+        is done after the one exchange (inline) or reduced right away; else it becomes an
+        ordinary pending op of that cycle.
         """
         cycling = self._cycling
         if not cycling.acquire(blocking=False):
@@ -195,17 +199,21 @@ class Engine:
                 return None
             self._last_start = time.monotonic()
             self.cycles += 1
+            done = False
             try:
                 done = controller.quick_exchange(plan, slot, tensor)
-            except BaseException as exc:
-                op = self._adopt(plan, tensor, inplace, slot)
-                self._one_cycle(_raising(exc))      # fails the op, ends the engine
-                deadline = time.monotonic()
-            else:
                 if done:
                     if controller.missing:
                         controller.missing.pop(plan.name, None)
-                    return controller.quick_result(plan, tensor, inplace)
+                    if plan.views is not None:
+                        return controller.quick_result(plan, tensor, inplace)
+                    return self.executor.allreduce_now(tensor, inplace, plan.ufunc,
+                                                       plan.finisher)
+            except BaseException as exc:
+                op = self._adopt(plan, tensor, inplace, slot, negotiating=not done)
+                self._one_cycle(_raising(exc))      # fails the op, ends the engine
+                deadline = time.monotonic()
+            else:
                 op = self._adopt(plan, tensor, inplace, slot)
                 now_ns = time.monotonic_ns()
                 self._one_cycle(lambda: self._complete([], now_ns))
@@ -214,12 +222,14 @@ class Engine:
             cycling.release()
         return self._result(op, deadline)
 
-    def _adopt(self, plan: InlinePlan, tensor: np.ndarray, inplace: bool, slot: int) -> Op:
+    def _adopt(self, plan: QuickPlan, tensor: np.ndarray, inplace: bool, slot: int,
+               negotiating: bool = True) -> Op:
         """The op of a quick cycle that could not finish it: pending as any other."""
         op = Op(OpKind.ALLREDUCE, plan.name, tensor, tensor.reshape(-1), inplace=inplace,
                 rop=int(plan.rop), postscale=plan.postscale)
         self._pending[op.name] = op
-        self.controller.adopt(op, slot)
+        if negotiating:
+            self.controller.adopt(op, slot, plan.views is not None)
         return op
 
     def _drive(self, op: Op) -> float:
@@ -323,6 +333,8 @@ class Engine:
                     if self._due() <= time.monotonic():
                         self._one_cycle()
         finally:
+            with self._cycling:         # (no caller runs a cycle any more)
+                self.executor.reducer.release()
             if self.timeline is not None:
                 self.timeline.close()
 
@@ -355,7 +367,7 @@ class Engine:
                 due = self._due()
                 if now >= due:
                     return True
-                self._lock.wait(due - now)
+                self._lock.wait(due - now if due < float("inf") else None)
 
     def _due(self) -> float:
         """When the next cycle should start: now when asked to stop or when ops arrive at
@@ -367,7 +379,7 @@ class Engine:
             return self._last_start + self.cycle_seconds
         if self._incoming:
             return 0.0
-        return max(self._last_start, self._last_end) + IDLE_TICK
+        return max(self._last_start, self._last_end) + self.idle_tick
 
     def _cycle(self) -> bool:
         self._last_start = time.monotonic()
@@ -473,11 +485,11 @@ class Engine:
         out = op.src if op.inplace else np.empty(agreed.elements, agreed.dtype)
         alg.reduce_blocks(UFUNCS[rop], self.controller.inline_blocks(agreed.dtype,
                                                                      agreed.elements), out)
-        _finish_reduction(out, rop, self.size, agreed.postscale)
+        finish_reduction(out, rop, self.size, agreed.postscale)
         if self.timeline is not None:
             self.timeline.activity(agreed.name, "INLINE_REDUCE", start_ns,
                                    time.monotonic_ns())
-        return _deliver(op.arr, out, op.inplace)
+        return deliver(op.arr, out, op.inplace)
 
     def _finish(self, op: Op, result: Any = None,
                 exception: BaseException | None = None) -> None:
@@ -526,8 +538,10 @@ def _unknown(handle: Any) -> HandleError:
                        "synchronize each handle exactly once")
 
 
-def start_engine(transport: Transport, env: RuntimeEnv, chunk_bytes: int) -> Engine:
-    """Agree on the engine's settings (rank 0's win) and start the engine thread.
+def start_engine(transport: Transport, env: RuntimeEnv, chunk_bytes: int,
+                 idle_cycles: bool = True) -> Engine:
+    """Agree on the engine's settings (rank 0's win) and start the engine thread
+    (``idle_cycles``: see :class:`Engine`).
 
     The cache capacity, fusion threshold and chunk size must be the same on every rank
     (they decide message sizes), so rank 0 broadcasts its own.
@@ -542,4 +556,4 @@ def start_engine(transport: Transport, env: RuntimeEnv, chunk_bytes: int) -> Eng
                              f"{transport.rank} protocol {mine}: every rank must run the "
                              "same gcurun version")
     return Engine(transport, env, capacity=int(config[1]), threshold_bytes=int(config[2]),
-                  chunk_bytes=int(config[3]))
+                  chunk_bytes=int(config[3]), idle_cycles=idle_cycles)

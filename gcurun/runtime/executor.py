@@ -18,12 +18,13 @@ import numpy as np
 
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime import fusion
+from gcurun.runtime._results import deliver as shape_result
+from gcurun.runtime._results import finish_reduction
+from gcurun.runtime.algorithms import Part, Pieces, Reducer
 from gcurun.runtime.api import ReduceOp, Transport
-from gcurun.runtime.collectives import GATHER_REDUCE_BYTES, Scratch, _deliver, _finish_reduction
 from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale
-from gcurun.runtime.negotiate import OpKind
 from gcurun.runtime.pages import HugePages
-from gcurun.runtime.requests import Agreed, Op
+from gcurun.runtime.requests import Agreed, Op, OpKind
 from gcurun.runtime.timeline import Timeline
 
 Item = tuple[Agreed, Op | None]       # what runs, and this rank's op (None: joined)
@@ -80,7 +81,7 @@ def deliver(op: Op, result: np.ndarray) -> Any:
     reduced in that array's own memory (its flat view), so there is nothing to copy."""
     if op.inplace and result is op.src and op.arr.flags.c_contiguous:
         return op.arr
-    return _deliver(op.arr, result, op.inplace)
+    return shape_result(op.arr, result, op.inplace)
 
 
 class Executor:
@@ -97,7 +98,8 @@ class Executor:
         # Peers read the tensors not copied into the fusion buffer where they lie: give
         # the memory under them huge pages.
         self.pages = HugePages(huge_pages and transport.size > 1)
-        self.scratch = Scratch(chunk_bytes, self.size)
+        self.reducer = Reducer(transport, chunk_bytes)
+        self.scratch = self.reducer.scratch
         # batches run, and ops that ran in a batch of more than one
         self.stats = {"batches": 0, "fused": 0}
         self._plans: OrderedDict[tuple[Agreed, ...],
@@ -150,7 +152,7 @@ class Executor:
         first = members[0][0]
         dtype, rop = first.dtype, ReduceOp(first.rop)
         results: list[np.ndarray | None] = [None] * len(members)    # each op's output
-        pairs: list[fusion.Part] = []
+        pairs: list[Part] = []
         copies: list[int] = []      # members copied in (and out of) the fusion buffer
         buf = None
         if layout is None:
@@ -178,7 +180,7 @@ class Executor:
             if self.timeline is not None:
                 self._span([members[i] for i in copies], "MEMCPY_IN_FUSION_BUFFER",
                            began, time.monotonic_ns())
-        self._reduce(members, fusion.Pieces(pairs), rop, first.postscale)
+        self._reduce(members, Pieces(pairs), rop, first.postscale)
         if copies:
             assert buf is not None and layout is not None
             began = time.monotonic_ns()
@@ -196,26 +198,9 @@ class Executor:
             if op is not None and result is not None:
                 complete(op, deliver(op, result))
 
-    def _reduce(self, members: list[Item], pieces: fusion.Pieces, rop: ReduceOp,
+    def _reduce(self, members: list[Item], pieces: Pieces, rop: ReduceOp,
                 postscale: float) -> None:
-        """One gather-and-reduce exchange for a small buffer, else one ring pass; then
-        the average or post-scaling."""
-        dtype = members[0][0].dtype
-        began = time.monotonic_ns()
-        size = self.size
-        finish = None
-        if rop == ReduceOp.AVERAGE or postscale != 1.0:
-            def finish(out: np.ndarray) -> None:
-                _finish_reduction(out, rop, size, postscale)
-
-        if len(pieces.pairs) == 1 and size > 1 and \
-                pieces.total * dtype.itemsize <= GATHER_REDUCE_BYTES:
-            src, out = pieces.pairs[0]
-            alg.gather_allreduce(self.t, src, out, UFUNCS[rop], self.scratch.gather())
-            if finish is not None:
-                finish(out)
-            self._span(members, "GATHER_REDUCE", began, time.monotonic_ns())
-            return
+        """The reduction routine over the batch; then the average or post-scaling."""
         marks: dict[str, int] = {}
 
         def phase(name: str, started: bool) -> None:
@@ -224,10 +209,27 @@ class Executor:
             else:
                 self._span(members, name, marks[name], time.monotonic_ns())
 
-        fusion.ring_allreduce(self.t, pieces, UFUNCS[rop], self.scratch.chunk(dtype),
-                              phase if self.timeline is not None else None, finish)
+        self.reducer.allreduce(pieces, UFUNCS[rop], finisher(rop, self.size, postscale),
+                               phase if self.timeline is not None else None)
 
-    def _io(self, item: Item) -> fusion.Part:
+    def allreduce_now(self, tensor: np.ndarray, inplace: bool, ufunc: np.ufunc,
+                      finish: alg.Finish | None) -> np.ndarray:
+        """A single agreed allreduce of this rank's contiguous ``tensor`` (no prescaling),
+        outside a cycle's batches: the engine's quick cycle. In place, the tensor may be
+        held (its ring's exchanges kept prepared) while it comes again and again."""
+        src = tensor if tensor.ndim == 1 else tensor.reshape(-1)
+        reducer = self.reducer
+        if inplace:
+            if tensor is not reducer.held:
+                self.pages.prepare(src)
+            reducer.allreduce(Pieces([(src, src)]), ufunc, finish, None, tensor)
+            return tensor
+        self.pages.prepare(src)
+        out = aligned_empty(len(src), tensor.dtype)
+        reducer.allreduce(Pieces([(src, out)]), ufunc, finish)
+        return out.reshape(tensor.shape)
+
+    def _io(self, item: Item) -> Part:
         """Input and output of one allreduce reduced where it lies (prescaled)."""
         agreed, op = item
         dtype, rop = agreed.dtype, ReduceOp(agreed.rop)
@@ -273,7 +275,7 @@ class Executor:
         offset, length = segments[self.rank]
         if op is not None:
             flat[offset:offset + length] = op.src
-        alg.ring_allgather(self.t, flat, segments)
+        alg.allgather(self.t, flat, segments)
         return out
 
     def _broadcast(self, agreed: Agreed, op: Op | None) -> np.ndarray | None:
@@ -286,7 +288,7 @@ class Executor:
         else:
             flat = np.empty(len(op.src), agreed.dtype)
         alg.broadcast(self.t, flat, agreed.root, self.scratch.chunk_len(agreed.dtype))
-        return None if op is None else _deliver(op.arr, flat, op.inplace)
+        return None if op is None else shape_result(op.arr, flat, op.inplace)
 
     def _alltoall(self, agreed: Agreed, op: Op | None) -> tuple[np.ndarray, np.ndarray]:
         assert agreed.splits is not None
@@ -316,7 +318,7 @@ class Executor:
         out = np.empty((rows[self.rank],) + shape[1:], dtype)
         alg.reduce_scatter(self.t, src, counts, out.reshape(-1), UFUNCS[rop],
                            self.scratch.chunk(dtype), np.empty(max(counts), dtype))
-        _finish_reduction(out, rop, self.size, agreed.postscale)
+        finish_reduction(out, rop, self.size, agreed.postscale)
         return out
 
     # -- plumbing -------------------------------------------------------------------------
@@ -329,3 +331,14 @@ class Executor:
         if self.timeline is not None:
             for agreed, _ in members:
                 self.timeline.activity(agreed.name, activity, start_ns, end_ns)
+
+
+def finisher(rop: ReduceOp, size: int, postscale: float) -> alg.Finish | None:
+    """What completes a reduction in place (the average, post-scaling), or None."""
+    if rop != ReduceOp.AVERAGE and postscale == 1.0:
+        return None
+
+    def finish(out: np.ndarray) -> None:
+        finish_reduction(out, rop, size, postscale)
+
+    return finish

@@ -2,13 +2,14 @@
 and the agreed op every rank runs.
 
 :func:`agree` is the coordinator's judgement, pure: the descriptions every rank sent for
-one tensor name in, the agreed op (or the one error every rank raises) out. Its error
-messages are the ones the runtime's direct collectives give
-(:func:`gcurun.runtime.negotiate.disagreement_error`).
+one tensor name in, the agreed op (or the one error every rank raises) out. A mismatch
+becomes :func:`disagreement_error`, the one error every rank raises, naming the op, the
+tensor and each rank's call.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import threading
 import time
@@ -19,7 +20,26 @@ import numpy as np
 
 from gcurun.runtime.api import ArgumentError, MismatchError, ReduceOp
 from gcurun.runtime.dtypes import DTYPE_CODES, DTYPES, NO_DTYPE
-from gcurun.runtime.negotiate import OpKind, disagreement_error, title
+
+
+class OpKind(enum.IntEnum):
+    ALLREDUCE = 1
+    ALLGATHER = 2
+    BROADCAST = 3
+    ALLTOALL = 4
+    REDUCESCATTER = 5
+    BARRIER = 6
+    BROADCAST_OBJECT = 7
+    ALLGATHER_OBJECT = 8
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+def title(kind: OpKind, name: str | None) -> str:
+    return f"{kind.label} {name!r}" if name else f"{kind.label} (unnamed tensor)"
+
 
 # Ops whose first dimension may differ between ranks.
 VARYING_ROWS = (OpKind.ALLGATHER, OpKind.ALLTOALL)
@@ -223,3 +243,48 @@ def _differs(descs: list[dict[str, Any]]) -> bool:
         if agreed_shape(OpKind(d["kind"]), tuple(d["shape"])) != shape:
             return True
     return False
+
+
+def _show(d: dict) -> str:
+    parts = [d["op"], repr(d["name"]) if d["name"] else "(unnamed)"]
+    if d["dtype"] is not None:
+        parts.append(f"{d['dtype']} shape {tuple(d['shape'])}")
+    if d["reduce_op"] is not None:
+        parts.append(f"op {d['reduce_op']}")
+    if d["root"] >= 0:
+        parts.append(f"root {d['root']}")
+    return " ".join(parts)
+
+
+def disagreement_error(descriptions: list[dict]) -> MismatchError | ArgumentError:
+    """The one error every rank raises, built only from the gathered descriptions."""
+    first = descriptions[0]
+    head = f"{first['op']} {first['name']!r}" if first["name"] else f"{first['op']} (unnamed)"
+    errors = [d for d in descriptions if d["error"]]
+    if errors:
+        lines = [f"  rank {d['rank']}: {d['error']}" for d in errors]
+        return ArgumentError(f"{head}: invalid arguments, so every rank stopped this call:\n"
+                             + "\n".join(lines))
+    fields = []
+    if len({d["op"] for d in descriptions}) > 1:
+        fields.append("the collective")
+    if len({d["name"] for d in descriptions}) > 1:
+        fields.append("the tensor name")
+    if len({d["dtype"] for d in descriptions}) > 1:
+        fields.append("the dtype")
+    varying_rows = first["op"] in ("allgather", "alltoall")
+    if len({tuple(d["shape"][1:] if varying_rows else d["shape"])
+            for d in descriptions}) > 1:
+        fields.append("the shape")
+    if len({d["reduce_op"] for d in descriptions}) > 1:
+        fields.append("the reduce op")
+    if len({d["root"] for d in descriptions}) > 1:
+        fields.append("the root rank")
+    if len({d["chunk_bytes"] for d in descriptions}) > 1:
+        fields.append("GCURUN_CHUNK_BYTES")
+    rule = ("the same name, dtype and shape apart from the first dimension" if varying_rows
+            else "the same name, shape, dtype, op and root")
+    lines = [f"  rank {d['rank']}: {_show(d)}" for d in descriptions]
+    return MismatchError(f"{head}: ranks disagree on {' and '.join(fields) or 'the call'}; "
+                         f"every rank must call {first['op']} with {rule}:\n"
+                         + "\n".join(lines))

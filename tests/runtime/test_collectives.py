@@ -1,5 +1,6 @@
-"""Every collective and dtype at 1 to 5 ranks, the ranks being threads joined by queues
-(fast; the same checks run on real processes of both backends in test_jobs.py)."""
+"""Every collective and dtype at 1 to 5 ranks through the engine's synchronous calls, the
+ranks being threads joined by queues (fast; the same checks run on real processes of
+both backends in test_jobs.py)."""
 
 from __future__ import annotations
 
@@ -10,31 +11,35 @@ import numpy as np
 import pytest
 
 from gcurun.runtime.api import ReduceOp
-from gcurun.runtime.collectives import Communicator
-from tests.runtime.adapter import CommunicatorAPI
+from gcurun.runtime.async_ops import EngineCommunicator
+from gcurun.runtime.engine import Engine
+from tests.runtime.adapter import EngineAPI
 from tests.runtime.checks import Checks
-from tests.runtime.threads import QueueTransport, in_threads, run_ranks, transports
+from tests.runtime.engines import run_engines
+from tests.runtime.threads import QueueTransport
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
 def test_every_collective_and_dtype(size: int) -> None:
-    counts = run_ranks(size, lambda comm: Checks(CommunicatorAPI(comm), big=9001).run_all(),
-                       chunk_bytes=1024)
+    counts, _ = run_engines(size, lambda engine: Checks(
+        EngineAPI(EngineCommunicator(engine)), big=9001).run_all(), chunk_bytes=1024,
+        timeout=120)
     assert len(set(counts)) == 1 and counts[0] > 500
 
 
 @pytest.mark.parametrize("size", [1, 2, 3])
-def test_repeated_large_allreduces_with_whole_halves_in_one_chunk(size: int) -> None:
-    """With chunks of 2 MiB a large tensor's half fits in one: from its second call on,
-    two ranks take the quick ring (_pair_allreduce), the others the prepared one; a tensor
-    called in place again and again keeps its exchanges prepared."""
-    def body(comm: Communicator) -> tuple[int, bool, bool]:
-        count = Checks(CommunicatorAPI(comm)).repeated_large()
-        return count, "big.sum" in comm._inline, comm._held[0] is not None
+def test_repeated_large_allreduces_take_quick_cycles(size: int) -> None:
+    """With chunks of 2 MiB a large tensor's half fits in one: from a name's second call
+    on, the ranks take quick cycles (one negotiation exchange, then the reduction
+    routine); two ranks keep a tensor called in place again and again prepared."""
+    def body(engine: Engine) -> tuple[int, bool, bool]:
+        count = Checks(EngineAPI(EngineCommunicator(engine))).repeated_large()
+        return count, engine.controller.quick_cycles > 10, \
+            engine.executor.reducer.held is not None
 
-    results = run_ranks(size, body, chunk_bytes=2 << 20)
+    results, _ = run_engines(size, body, chunk_bytes=2 << 20, timeout=120)
     assert len(set(results)) == 1 and results[0][0] > 10
-    assert results[0][1:] == (size == 2, size == 2)
+    assert results[0][1:] == (True, size == 2)
 
 
 class PreparingTransport(QueueTransport):
@@ -60,36 +65,34 @@ class PreparingTransport(QueueTransport):
         return run
 
     def release_sendrecv(self, run: Callable[[], None]) -> None:
-        self.live.remove(run)
-        self.released += 1
+        if run in self.live:
+            self.live.remove(run)
+            self.released += 1
 
 
 def test_a_tensor_reduced_in_place_again_and_again_keeps_its_exchanges_prepared() -> None:
-    """Two ranks prepare a tensor's two ring exchanges at its second in-place call in a
-    row on the quick ring (a signature's first call takes the general way) and run them
-    from the next; a tensor taking turns with the held one neither
-    takes its place nor makes new ones; one tensor at most is held; forgetting the
-    plans releases it."""
-    ranks = transports(2, PreparingTransport)
-
-    def body(rank: int) -> list[tuple[int, int, int, int]]:
-        t = ranks[rank]
-        comm = Communicator(t, 2 << 20)
+    """Two ranks prepare a tensor's two ring exchanges at its second in-place quick
+    cycle in a row (a name's first call is negotiated in full) and run them from then
+    on; a tensor taking turns with the held one neither takes its place nor makes new
+    ones; one tensor at most is held; the engine's end releases it."""
+    def body(engine: Engine) -> list[tuple[int, int, int, int]]:
+        t = engine.t
+        comm = EngineCommunicator(engine)
         a, b = np.empty(20005), np.empty(20005)
         counts = []
         for call, (x, name) in enumerate([(a, "a")] * 5 + [(b, "b"), (a, "a")] * 3
                                          + [(b, "b")] * 2):
-            x[...] = np.arange(len(x)) + rank + call
+            x[...] = np.arange(len(x)) + t.rank + call
             comm.allreduce(x, ReduceOp.SUM, name=name, inplace=True)
-            assert np.array_equal(x, 2 * np.arange(len(x)) + 1 + 2 * call), (rank, call)
+            assert np.array_equal(x, 2 * np.arange(len(x)) + 1 + 2 * call), (t.rank, call)
             counts.append((t.made, t.runs, t.released, len(t.live)))
-        for k in range(1030):               # more signatures than the plans kept
-            comm.allreduce(np.ones(1), ReduceOp.SUM, name=f"small.{k}")
-        counts.append((t.made, t.runs, t.released, len(t.live)))
         return counts
 
-    for counts in in_threads(2, body, timeout=60):
-        assert counts[4] == (2, 4, 0, 2)                # A made at call 3, run at 4 and 5
-        assert counts[10] == (2, 10, 0, 2)              # B taking turns: A runs on
-        assert counts[12] == (4, 10, 2, 2)              # B twice in a row: B takes over
-        assert counts[-1] == (4, 10, 4, 0)              # the plans forgotten: released
+    results, ranks = run_engines(2, body, chunk_bytes=2 << 20, kind=PreparingTransport,
+                                 timeout=60)
+    for counts, t in zip(results, ranks, strict=True):
+        assert counts[2] == (2, 2, 0, 2)                # A made and run at call 3
+        assert counts[4] == (2, 6, 0, 2)                # and run at 4 and 5
+        assert counts[10] == (2, 12, 0, 2)              # B taking turns: A runs on
+        assert counts[12] == (4, 14, 2, 2)              # B twice in a row: B takes over
+        assert (t.made, t.released, len(t.live)) == (4, 4, 0)   # released at the end

@@ -8,9 +8,8 @@ import pytest
 from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.dtypes import DTYPE_CODES
 from gcurun.runtime.executor import Executor, layout
-from gcurun.runtime.negotiate import OpKind
-from gcurun.runtime.requests import Agreed, Op
-from tests.runtime.threads import run_ranks
+from gcurun.runtime.requests import Agreed, Op, OpKind
+from tests.runtime.threads import QueueTransport, run_ranks
 
 
 def test_a_layout_packs_members_under_the_limit_in_order() -> None:
@@ -28,8 +27,8 @@ def agreed(name: str, count: int) -> Agreed:
 def test_a_plan_is_kept_for_the_same_agreed_ops_and_results_stay_exact(arrays: str) -> None:
     counts = [3, 40000, 5, 70000, 1]      # small ones packed, large ones where they lie
 
-    def body(comm: object) -> list[list[np.ndarray]]:
-        transport = comm.transport  # type: ignore[attr-defined]
+    def body(t: QueueTransport) -> list[list[np.ndarray]]:
+        transport = t
         executor = Executor(transport, chunk_bytes=4096, threshold_bytes=1 << 20,
                             huge_pages=False)
         items = [agreed(f"t{i}", n) for i, n in enumerate(counts)]

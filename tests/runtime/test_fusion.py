@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gcurun.runtime import algorithms as alg
 from gcurun.runtime import fusion
-from gcurun.runtime.fusion import BatchKey, Pieces, plan_batches
-from tests.runtime.threads import run_ranks
+from gcurun.runtime.algorithms import Pieces, Reducer
+from gcurun.runtime.fusion import BatchKey, plan_batches
+from tests.runtime.threads import QueueTransport, run_ranks
 
 F32 = BatchKey(10, 1, 1.0, 1.0)
 F64 = BatchKey(11, 1, 1.0, 1.0)
@@ -39,22 +41,28 @@ def test_pieces_cut_a_range_of_the_concatenation_at_piece_boundaries() -> None:
     assert pieces.parts(12, 5) == [] and pieces.parts(4, 0) == [] and pieces.parts(4, -1) == []
 
 
+def ring(t: QueueTransport, pieces: Pieces) -> None:
+    """One buffer through the ring itself (the routine would gather one small buffer)."""
+    segments = alg.to_segments(alg.even_counts(pieces.total, t.size))
+    alg.ring_reduce_scatter(t, pieces, segments, np.add, np.empty(16))
+    alg.ring_allgather(t, pieces, segments)
+
+
 @pytest.mark.parametrize("size", [2, 3])
 def test_a_fused_pass_sends_as_many_messages_as_one_buffer_would(size: int) -> None:
     """Messages span pieces: many small tensors cost no more exchanges than their
     concatenation (on tcp an exchange is one message, read in one call)."""
     lengths = [3, 50, 1, 0, 17, 9, 120, 2, 33]
 
-    def body(comm: object) -> tuple[list[np.ndarray], int, int]:
-        t = comm.transport  # type: ignore[attr-defined]
+    def body(t: QueueTransport) -> tuple[list[np.ndarray], int, int]:
         tensors = [np.arange(n, dtype=np.float64) + t.rank for n in lengths]
-        fusion.ring_allreduce(t, Pieces([(x, x) for x in tensors]), np.add, np.empty(16))
+        Reducer(t, 128).allreduce(Pieces([(x, x) for x in tensors]), np.add)
         fused = t.exchanges
         flat = np.concatenate([np.arange(n, dtype=np.float64) + t.rank for n in lengths])
-        fusion.ring_allreduce(t, Pieces([(flat, flat)]), np.add, np.empty(16))
+        ring(t, Pieces([(flat, flat)]))
         return tensors, fused, t.exchanges - fused
 
-    for tensors, fused, single in run_ranks(size, body, chunk_bytes=64):
+    for tensors, fused, single in run_ranks(size, body):
         assert fused == single
         for n, out in zip(lengths, tensors, strict=True):
             assert np.array_equal(out, np.arange(n) * size + sum(range(size)))
@@ -64,21 +72,20 @@ def test_a_fused_pass_sends_as_many_messages_as_one_buffer_would(size: int) -> N
 def test_one_ring_pass_reduces_every_piece(size: int) -> None:
     lengths = [0, 1, 7, 100, 3, 1000]
 
-    def body(comm: object) -> list[np.ndarray]:
-        t = comm.transport  # type: ignore[attr-defined]
+    def body(t: QueueTransport) -> list[np.ndarray]:
         inputs = [np.arange(n, dtype=np.float64) * (t.rank + 1) for n in lengths]
         outputs = [x if i % 2 else np.empty_like(x) for i, x in enumerate(inputs)]
         pieces = Pieces(list(zip([x.copy() if i % 2 == 0 else x for i, x in
                                   enumerate(inputs)], outputs, strict=True)))
         phases: list[tuple[str, bool]] = []
-        fusion.ring_allreduce(t, pieces, np.add, np.empty(16), lambda n, s: phases.append(
-            (n, s)), finish=lambda out: np.multiply(out, 0.5, out=out))
+        Reducer(t, 128).allreduce(pieces, np.add, lambda out: np.multiply(out, 0.5, out=out),
+                                  lambda n, s: phases.append((n, s)))
         if size > 1:
             assert phases == [("RING_REDUCESCATTER", True), ("RING_REDUCESCATTER", False),
                               ("RING_ALLGATHER", True), ("RING_ALLGATHER", False)]
         return outputs
 
-    results = run_ranks(size, body, chunk_bytes=64)
+    results = run_ranks(size, body)
     total = sum(range(1, size + 1))
     for outputs in results:
         for n, out in zip(lengths, outputs, strict=True):

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gcurun.runtime import basics
-from gcurun.runtime.collectives import Communicator
+from gcurun.runtime.async_ops import EngineCommunicator
+from gcurun.runtime.engine import start_engine
 from gcurun.runtime.local import SelfTransport
 from gcurun.runtime.torch.targets import JobTarget, SetTarget
 
@@ -197,8 +198,18 @@ def _open(process_set: ProcessSet, state: Any) -> None:
         transport = _tcp_transport(process_set, state)
     else:
         transport = SelfTransport()
-    process_set._close_links = transport.close
-    process_set._target = SetTarget(Communicator(transport, state.env.chunk_bytes))
+    try:
+        engine = start_engine(transport, state.env, state.env.chunk_bytes)
+    except BaseException:
+        transport.close()
+        raise
+
+    def close() -> None:
+        engine.stop()
+        transport.close()
+
+    process_set._close_links = close
+    process_set._target = SetTarget(EngineCommunicator(engine))
 
 
 def _open_elsewhere(process_set: ProcessSet, state: Any) -> None:

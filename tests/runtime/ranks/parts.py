@@ -93,18 +93,18 @@ def main() -> None:
     job = open_job(read_runtime_env(), ["mpi", "tcp"])
     rank, size = job.rank, job.size
     checked = 0
-    for backend, comm in job.communicators.items():
+    for backend, transport in job.transports.items():
         cases = CASES + ([(MANY, MANY // 2)] if backend == "tcp" else [])
         for index, (nbytes, pieces) in enumerate(cases):
-            exchange(comm.transport, rank, size, index, nbytes, pieces)
+            exchange(transport, rank, size, index, nbytes, pieces)
             checked += 1
-    tcp = job.communicators["tcp"].transport
+    tcp = job.transports["tcp"]
     quick = counting(tcp._swaps)  # type: ignore[attr-defined]
     for index, (nbytes, pieces) in enumerate(CASES):
         mixed(tcp, rank, size, index, nbytes, max(pieces, 3))
         checked += 1
     mpi_transport.PIECE_BYTES = 4096
-    mpi = job.communicators["mpi"].transport
+    mpi = job.transports["mpi"]
     for index, (nbytes, pieces) in enumerate(CASES):
         exchange(mpi, rank, size, index, nbytes, pieces)
         checked += 1
