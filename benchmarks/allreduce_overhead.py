@@ -34,7 +34,7 @@ from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.bench import open_job, turns
 from gcurun.runtime.dtypes import aligned_empty
-from gcurun.runtime.env import read_runtime_env
+from gcurun.runtime.settings import read_runtime_env
 from gcurun.runtime.transport.prepared import prepared_sendrecv
 
 CALLS = 30

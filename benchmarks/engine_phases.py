@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from engine import gradients, start, submit_all  # noqa: E402
 
 import gcurun.runtime as hvd  # noqa: E402
-from gcurun.runtime import basics  # noqa: E402
+from gcurun.runtime.frontend import state as basics  # noqa: E402
 
 COLUMNS = ("step", "rings", "transfers", "reductions")
 

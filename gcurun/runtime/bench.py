@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from gcurun.runtime.api import ReduceOp
-from gcurun.runtime.async_ops import EngineCommunicator
 from gcurun.runtime.dtypes import aligned_empty
-from gcurun.runtime.engine import start_engine
-from gcurun.runtime.env import RuntimeEnv, read_runtime_env
+from gcurun.runtime.engine.background import start_engine
+from gcurun.runtime.frontend.collectives import Collectives
+from gcurun.runtime.settings import RuntimeEnv, read_runtime_env
+from gcurun.runtime.transport.opening import open_transport
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -48,7 +49,7 @@ class Job:
     rank: int
     size: int
     hosts: int
-    communicators: dict[str, EngineCommunicator]
+    communicators: dict[str, Collectives]
     transports: dict[str, Any]
     chunk_bytes: int
     mpi_comm: Any = None
@@ -107,13 +108,12 @@ def open_job(env: RuntimeEnv, backends: Sequence[str]) -> Job:
         from mpi4py import MPI
 
         mpi_comm = MPI.COMM_WORLD
-    communicators: dict[str, EngineCommunicator] = {}
+    communicators: dict[str, Collectives] = {}
     closers: list[Callable[[], None]] = []
     if "mpi" in backends and mpi_comm is not None:
-        from gcurun.runtime.mpi_transport import MPITransport
-
-        transport = MPITransport(mpi_comm, env.timeout_seconds)
-        communicators["mpi"] = _engine(transport, env, closers, transport.close)
+        opened = open_transport("mpi", env, range(mpi_comm.Get_size()), mpi_comm.Get_rank(),
+                                hostname=_hostname(env), comm=mpi_comm)
+        communicators["mpi"] = _engine(opened.transport, env, closers, opened.close)
     if "tcp" in backends and (env.rendezvous is not None or mpi_comm is not None):
         transport_, closer = _tcp_transport(env, mpi_comm)
         communicators["tcp"] = _engine(transport_, env, closers, closer)
@@ -128,13 +128,13 @@ def open_job(env: RuntimeEnv, backends: Sequence[str]) -> Job:
 
 
 def _engine(transport: Any, env: RuntimeEnv, closers: list[Callable[[], None]],
-            close: Callable[[], None]) -> EngineCommunicator:
+            close: Callable[[], None]) -> Collectives:
     closers.append(close)
     # Every call here is synchronous on every rank: no idle cycles, which would run beside
     # the other variants' rounds.
     engine = start_engine(transport, env, env.chunk_bytes, idle_cycles=False)
     closers.insert(0, engine.stop)
-    return EngineCommunicator(engine)
+    return Collectives(engine)
 
 
 def _hostname(env: RuntimeEnv) -> str:
@@ -144,41 +144,17 @@ def _hostname(env: RuntimeEnv) -> str:
 
 
 def _tcp_transport(env: RuntimeEnv, mpi_comm: Any) -> tuple[Any, Callable[[], None]]:
-    from gcurun.runtime.tcp_transport import TCPTransport
-
-    server = None
-    address: tuple[str, int] | None = env.rendezvous
-    secret: bytes | None = env.secret
-    if address is not None and secret is not None and env.facts is not None:
+    """The tcp transport: through gcurun's rendezvous, or under mpirun through one that
+    rank 0 serves for the occasion."""
+    if env.rendezvous is not None and env.secret is not None and env.facts is not None:
         rank, size = env.facts.rank, env.facts.size
+        opened = open_transport("tcp", env, range(size), rank, hostname=_hostname(env),
+                                rendezvous=(env.rendezvous, env.secret))
     else:
-        import socket
-
-        from gcurun.rendezvous.server import RendezvousServer, new_secret
-
         rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
-        if rank == 0:
-            hosts = mpi_comm.gather(socket.gethostname(), root=0)
-            host = "127.0.0.1" if len(set(hosts)) == 1 else socket.gethostname()
-            secret = new_secret()
-            server = RendezvousServer(host, 0, secret=secret, size=size)
-            server.start()
-            address = server.address
-        else:
-            mpi_comm.gather(socket.gethostname(), root=0)
-        address, secret = mpi_comm.bcast((address, secret), root=0)
-    assert address is not None and secret is not None
-    transport = TCPTransport(rank=rank, size=size, generation=1, hostname=_hostname(env),
-                             rendezvous=address, secret=secret, timeout=env.timeout_seconds,
-                             cma=env.cma, rings=env.rings)
-    transport.start()
-
-    def close() -> None:
-        transport.close()
-        if server is not None:
-            server.close()
-
-    return transport, close
+        opened = open_transport("tcp", env, range(size), rank, hostname=_hostname(env),
+                                allgather=mpi_comm.allgather)
+    return opened.transport, opened.close
 
 
 def measure_size(job: Job, pool: np.ndarray, nbytes: int, rounds: int,
@@ -222,7 +198,7 @@ def best_row(rows: Sequence[Row]) -> Row:
                                 for name in rows[0].seconds})
 
 
-def _ring(comm: EngineCommunicator, buf: np.ndarray) -> Callable[[], Any]:
+def _ring(comm: Collectives, buf: np.ndarray) -> Callable[[], Any]:
     total = ReduceOp.SUM        # bound once, as a script's hvd.Sum is
     return lambda: comm.allreduce(buf, total, name="bench", inplace=True)
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import gcurun.runtime as hvd
-from gcurun.runtime.async_ops import EngineCommunicator
+from gcurun.runtime.frontend.collectives import Collectives
 
 
 class EngineAPI:
     Sum, Min, Max, Product, Average = hvd.Sum, hvd.Min, hvd.Max, hvd.Product, hvd.Average
     ArgumentError, MismatchError = hvd.ArgumentError, hvd.MismatchError
 
-    def __init__(self, comm: EngineCommunicator):
+    def __init__(self, comm: Collectives):
         self.comm = comm
 
     def rank(self) -> int:

@@ -12,7 +12,7 @@ import pytest
 
 from gcurun.rendezvous import wire
 from gcurun.rendezvous.server import RendezvousServer
-from gcurun.runtime.tcp_transport import CONNECT_EXTRA, PEER_LABEL
+from gcurun.runtime.transport.tcp import CONNECT_EXTRA, PEER_LABEL
 from tests.helpers import ROOT, wait_for
 from tests.runtime.jobs import MPIRUN, run_job, run_local, run_tcp
 
@@ -275,3 +275,16 @@ def test_the_overhead_benchmark_sets_each_way_against_native_mpi() -> None:
         job.stdout
     assert rows["native"] == [rows["native"][0], 0.0, 1.0]
     assert all(values[0] > 0 for values in rows.values())
+
+
+@pytest.mark.parametrize(("backend", "size"), [
+    pytest.param("tcp", 2, id="tcp-2"), pytest.param("tcp", 3, id="tcp-3"),
+    pytest.param("mpi", 2, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
+    pytest.param("mpi", 4, id="mpi-4", marks=[pytest.mark.mpi, needs_mpi])])
+def test_process_sets_on_the_numpy_api(backend: str, size: int) -> None:
+    """Sets on their own engines: every kind of call, errors raised on every member."""
+    job = run_job(backend, size, "process_sets.py")
+    assert set(job.returncodes) == {0}, job.stdout + job.stderr
+    for rank in range(size):
+        assert len(job.lines(f"rank {rank} of {size} process sets ok:")) == 1, \
+            job.stdout + job.stderr

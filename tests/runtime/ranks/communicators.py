@@ -13,7 +13,7 @@ from functools import partial
 import numpy as np
 
 from gcurun.runtime.bench import open_job
-from gcurun.runtime.env import read_runtime_env
+from gcurun.runtime.settings import read_runtime_env
 from gcurun.runtime.transport.prepared import prepared_sendrecv, release_sendrecv
 from tests.runtime.adapter import EngineAPI
 from tests.runtime.checks import Checks

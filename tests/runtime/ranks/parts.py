@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcurun.runtime import mpi_transport, tcp_transport
 from gcurun.runtime.bench import open_job
-from gcurun.runtime.env import read_runtime_env
+from gcurun.runtime.settings import read_runtime_env
+from gcurun.runtime.transport import mpi as mpi_transport
+from gcurun.runtime.transport import tcp as tcp_transport
 
 CASES = [(100, 1), (100, 4), (4096, 7), (1 << 20, 1), (1 << 20, 13), ((1 << 20) + 3, 40),
          (3 << 20, 1500)]              # (bytes, pieces)
