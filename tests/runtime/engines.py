@@ -14,8 +14,8 @@ def run_engines(size: int, body: Callable[[Engine], Any], timeout: float = 30.0,
                 chunk_bytes: int = 1 << 16, kind: type[QueueTransport] = QueueTransport,
                 idle_cycles: bool = True, **env: Any) -> tuple[list[Any], list[Any]]:
     """Run ``body(engine)`` on ``size`` thread ranks, each with its own engine over a
-    transport of ``kind`` (``idle_cycles``: see Engine); return the results in rank order (re-raising a rank's
-    exception) and the transports."""
+    transport of ``kind`` (``idle_cycles``: see Engine); return the results in rank
+    order (re-raising a rank's exception) and the transports."""
     ranks = transports(size, kind)
     settings = RuntimeEnv(**{"timeout_seconds": 10.0, "cycle_time_ms": 1.0, **env})
 
