@@ -35,8 +35,11 @@ def reduce_views(plan: Any, tensor: np.ndarray, inplace: bool) -> np.ndarray:
     ranks and a result of at least one dimension (``plan.plain``) take one ufunc call
     that makes the result (the common case of a tiny allreduce's latency)."""
     views = plan.views
-    if plan.plain and not inplace:
-        return plan.ufunc(views[0], views[1])
+    if plan.plain:
+        if not inplace:
+            return plan.ufunc(views[0], views[1])
+        if plan.ufunc is not np.minimum and plan.ufunc is not np.maximum:
+            return plan.ufunc(views[0], views[1], tensor)   # (out as a keyword costs more)
     out = tensor if inplace else np.empty_like(views[0])
     reduce_blocks(plan.ufunc, views, out)
     return out

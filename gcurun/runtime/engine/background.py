@@ -41,7 +41,14 @@ from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Tr
 from gcurun.runtime.dtypes import UFUNCS
 from gcurun.runtime.engine._results import deliver, finish_reduction
 from gcurun.runtime.engine.executor import Executor
-from gcurun.runtime.engine.negotiation import Controller, Outcome, ProtocolError, QuickPlan
+from gcurun.runtime.engine.negotiation import (
+    QUICK_DONE,
+    QUICK_NONE,
+    Controller,
+    Outcome,
+    ProtocolError,
+    QuickPlan,
+)
 from gcurun.runtime.engine.requests import AGREED, DONE, PENDING, Agreed, Op, OpKind
 from gcurun.runtime.engine.stall import StallInspector, format_ranks
 from gcurun.runtime.engine.timeline import Timeline, timeline_path
@@ -194,27 +201,28 @@ class Engine:
                     self.timeline is not None or self._failure is not None:
                 return None
             controller = self.controller
-            slot = controller.quick_slot(plan)
-            if slot < 0:
-                return None
             self._last_start = time.monotonic()
-            self.cycles += 1
-            done = False
+            done = QUICK_NONE
             try:
-                done = controller.quick_exchange(plan, slot, tensor)
-                if done:
+                done = controller.quick_exchange(plan, tensor)
+                if done == QUICK_DONE:
+                    self.cycles += 1
                     if controller.missing:
                         controller.missing.pop(plan.name, None)
                     if plan.views is not None:
                         return controller.quick_result(plan, tensor, inplace)
                     return self.executor.allreduce_now(tensor, inplace, plan.ufunc,
                                                        plan.finisher)
+                if done == QUICK_NONE:
+                    return None
             except BaseException as exc:
-                op = self._adopt(plan, tensor, inplace, slot, negotiating=not done)
+                self.cycles += 1
+                op = self._adopt(plan, tensor, inplace, negotiating=done != QUICK_DONE)
                 self._one_cycle(_raising(exc))      # fails the op, ends the engine
                 deadline = time.monotonic()
             else:
-                op = self._adopt(plan, tensor, inplace, slot)
+                self.cycles += 1
+                op = self._adopt(plan, tensor, inplace)
                 now_ns = time.monotonic_ns()
                 self._one_cycle(lambda: self._complete([], now_ns))
                 deadline = self._drive(op)
@@ -222,14 +230,14 @@ class Engine:
             cycling.release()
         return self._result(op, deadline)
 
-    def _adopt(self, plan: QuickPlan, tensor: np.ndarray, inplace: bool, slot: int,
+    def _adopt(self, plan: QuickPlan, tensor: np.ndarray, inplace: bool,
                negotiating: bool = True) -> Op:
         """The op of a quick cycle that could not finish it: pending as any other."""
         op = Op(OpKind.ALLREDUCE, plan.name, tensor, tensor.reshape(-1), inplace=inplace,
                 rop=int(plan.rop), postscale=plan.postscale)
         self._pending[op.name] = op
         if negotiating:
-            self.controller.adopt(op, slot, plan.views is not None)
+            self.controller.adopt(op, plan.slot, plan.views is not None)
         return op
 
     def _drive(self, op: Op) -> float:

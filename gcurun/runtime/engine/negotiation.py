@@ -67,6 +67,7 @@ from gcurun.runtime.transport.prepared import prepared_sendrecv
 log = logging.getLogger("gcurun.runtime.engine")
 
 UNCACHED, SHUTDOWN, JOINED, NEWS = 1, 2, 4, 8
+QUICK_NONE, QUICK_PENDING, QUICK_DONE = -1, 0, 1    # what a quick exchange came to
 HEAD_BYTES = 24
 INLINE_BYTES = 128
 BITS_OFFSET = HEAD_BYTES + INLINE_BYTES
@@ -106,7 +107,7 @@ class QuickPlan:
     everywhere."""
 
     __slots__ = ("name", "key", "dtype", "shape", "op", "rop", "ufunc", "postscale", "finish",
-                 "finisher", "views", "mine", "plain", "agreed")
+                 "finisher", "views", "mine", "plain", "agreed", "slot")
 
     def __init__(self, name: str, key: tuple, tensor: np.ndarray, op: Any, rop: ReduceOp,
                  postscale: float, views: list[np.ndarray] | None, rank: int, size: int):
@@ -126,6 +127,7 @@ class QuickPlan:
         # Two ranks and a result of at least one dimension: one ufunc call makes it.
         self.plain = views is not None and len(views) == 2 and views[rank].ndim > 0
         self.agreed: Agreed | None = None   # the cached agreement last found to match
+        self.slot = -1                      # its cache slot in the last quick exchange
 
 
 class Controller:
@@ -326,7 +328,7 @@ class Controller:
 
     def plan_quick(self, name: str, tensor: np.ndarray, op: Any, rop: ReduceOp,
                    postscale: float) -> QuickPlan:
-        """How :meth:`quick_slot` and :meth:`quick_exchange` negotiate allreduces like
+        """How :meth:`quick_exchange` negotiates allreduces like
         ``tensor`` (contiguous, valid arguments): inline when it fits the block."""
         code = DTYPE_CODES.get(tensor.dtype, NO_DTYPE)
         key = match_key(OpKind.ALLREDUCE, code, tuple(tensor.shape), int(rop), -1, 1.0,
@@ -338,57 +340,59 @@ class Controller:
         return QuickPlan(name, key, tensor, op, rop, float(postscale), views, self.rank,
                          self.size)
 
-    def quick_slot(self, plan: QuickPlan) -> int:
-        """The cache slot of ``plan``'s name when a quick cycle can carry it, else -1.
-        The caller has no op pending; this rank must have no news to give either."""
-        entry = self.cache.by_name.get(plan.name)
+    def quick_exchange(self, plan: QuickPlan, tensor: np.ndarray) -> int:
+        """A cycle in which this rank's only op is ``plan``'s (its data inline when it
+        fits): what :meth:`cycle` does, for that case, when the name is cached and this
+        rank has no news to give. Returns QUICK_NONE (nothing was exchanged: take the
+        usual path), QUICK_DONE (the op is ready everywhere and nothing else is; an inline
+        one's result is :meth:`quick_result`) or QUICK_PENDING (the blocks call for the usual
+        processing: the caller adopts the op at ``plan.slot``, then runs
+        :meth:`complete`)."""
+        cache = self.cache
+        entry = cache.by_name.get(plan.name)
         if entry is None or self._news or self._unresolved or not self._use_cache or \
                 self._inline_op is not None:
-            return -1
-        if self._epoch_seen != self.cache.epoch:
+            return QUICK_NONE
+        epoch = cache.epoch
+        if self._epoch_seen != epoch:
             # What _resolve does for a new epoch, with no op pending.
-            self._epoch_seen = self.cache.epoch
+            self._epoch_seen = epoch
             self._bits[:] = 0
         slot, agreed = entry
         if agreed is not plan.agreed:
             if agreed.key_for(self.rank) != plan.key:
-                return -1           # a conflict: the usual cycle reports it
+                return QUICK_NONE      # a conflict: the usual cycle reports it
             plan.agreed = agreed
         if self.stall is not None and time.monotonic() >= self._next_check:
-            return -1
-        return slot
-
-    def quick_exchange(self, plan: QuickPlan, slot: int, tensor: np.ndarray) -> bool:
-        """A cycle in which this rank's only op is ``plan``'s (its data inline when it
-        fits): what :meth:`cycle` does, for that case. True: the op is ready everywhere
-        and nothing else is (an inline one is done: its result is :meth:`quick_result`);
-        False: the blocks call for the usual processing (the caller adopts the op, then
-        runs :meth:`complete`)."""
+            return QUICK_NONE
+        plan.slot = slot
         self._cycle += 1
         head, bits = self._head, self._bit_bytes
-        if plan.mine is not None:
-            plan.mine[...] = tensor
+        mine = plan.mine
+        if mine is not None:
+            mine[...] = tensor
             carried = slot + 1
         else:
             carried = 0         # nothing inline: what the others carry does not matter
-        epoch = self.cache.epoch
-        head[0], head[1], head[2] = 0, epoch, carried
+        head[0] = 0
+        head[1] = epoch
+        head[2] = carried
         byte, bit = slot >> 3, 1 << (slot & 7)
         bits[byte] |= bit
         self._exchange()
         heads, rows = self._heads, self._bit_rows
         for r in self._others:
-            flags, their_epoch, their_carried = heads[r].tolist()
-            if flags or their_epoch != epoch or not rows[r][byte] & bit or \
-                    carried and their_carried != carried:
-                return False
+            theirs = heads[r]
+            if theirs[0] or theirs[1] != epoch or not rows[r][byte] & bit or \
+                    carried and theirs[2] != carried:
+                return QUICK_PENDING
         bits[byte] ^= bit
         head[2] = 0
         self.quick_cycles += 1
-        self.cache.touch(plan.name)
+        cache.touch(plan.name)
         if self._joined_at:
             self._joined_at.clear()
-        return True
+        return QUICK_DONE
 
     def quick_result(self, plan: QuickPlan, tensor: np.ndarray, inplace: bool) -> np.ndarray:
         """The reduction of the inline blocks a successful :meth:`quick_exchange`
