@@ -7,11 +7,11 @@ Six ways of summing one float32 buffer in place on 2 ranks, taking turns (in an 
 shuffled every round) for several rounds of 30 calls; each keeps its best round (a
 round's time is the slowest rank's mean per call):
 
-  gcurun     the communicator's allreduce, as benchmarks/allreduce.py times it: the
-             header exchange, then the ring (on prepared exchanges: the buffer is
-             reduced in place again and again);
-  exch+ring  the header exchange, then gcurun's ring function, called bare;
-  ring       gcurun's ring function alone, over gcurun's MPI transport;
+  gcurun     the engine's synchronous allreduce, as benchmarks/allreduce.py times it: the
+             quick cycle's negotiation exchange, then the reduction routine (on prepared
+             exchanges: the buffer is reduced in place again and again);
+  exch+ring  the negotiation exchange, then the reduction routine, called bare;
+  ring       the reduction routine alone, over gcurun's MPI transport;
   prepared   the ring's two exchanges alone, as MPI persistent requests, and the add;
   mpi4py     the same ring written directly in mpi4py: Sendrecv, numpy.add, Sendrecv;
   native     the MPI library's MPI_Allreduce.
@@ -34,8 +34,8 @@ from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.bench import open_job, turns
 from gcurun.runtime.dtypes import aligned_empty
-from gcurun.runtime.env import read_runtime_env
-from gcurun.runtime.negotiate import prepared_sendrecv
+from gcurun.runtime.settings import read_runtime_env
+from gcurun.runtime.transport.prepared import prepared_sendrecv
 
 CALLS = 30
 
@@ -47,20 +47,22 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     job = open_job(read_runtime_env(), ["mpi"])
     communicator = job.communicators["mpi"]
-    transport = communicator.transport
+    transport = job.transports["mpi"]
     comm = MPI.COMM_WORLD
     if comm.Get_size() != 2:
         raise SystemExit("allreduce_overhead: run it with 2 ranks (mpirun -np 2)")
     count = args.bytes // 4
     buf = aligned_empty(count, np.float32)
-    chunk = communicator.scratch.chunk_len(buf.dtype)
+    reducer = alg.Reducer(transport, job.chunk_bytes)
+    chunk = reducer.scratch.chunk_len(buf.dtype)
     tmp = aligned_empty(max(chunk, count), np.float32)
     peer = 1 - comm.Get_rank()
     mine, theirs, mine_len = alg.pair_halves(count, comm.Get_rank())
-    exchange = communicator.negotiator.exchange
+    exchange = communicator.engine.controller.exchange
+    pieces = alg.Pieces([(buf, buf)])
 
     def ring() -> None:
-        alg.ring_allreduce(transport, buf, buf, np.add, tmp[:chunk])
+        reducer.allreduce(pieces, np.add)
 
     def exchange_and_ring() -> None:
         exchange()

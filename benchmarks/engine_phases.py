@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from engine import gradients, start, submit_all  # noqa: E402
 
 import gcurun.runtime as hvd  # noqa: E402
-from gcurun.runtime import basics, fusion  # noqa: E402
+from gcurun.runtime.frontend import state as basics  # noqa: E402
 
 COLUMNS = ("step", "rings", "transfers", "reductions")
 
@@ -54,17 +54,22 @@ class Clock:
         return timed
 
     def install(self) -> None:
-        """Time the engine's ring passes and what happens inside them."""
-        transport = basics.state("engine_phases").engine.executor.t
+        """Time the engine's reductions (its one reduction routine) and what happens
+        inside them."""
+        executor = basics.state("engine_phases").engine.executor
+        transport = executor.t
         transport.sendrecv_parts = self.timing("transfers", transport.sendrecv_parts)
-        ring: Any = fusion.ring_allreduce
+        transport.sendrecv = self.timing("transfers", transport.sendrecv)
+        reducer = executor.reducer
+        allreduce: Any = reducer.allreduce
 
-        def ring_allreduce(t: Any, pieces: Any, ufunc: Any, tmp: Any, phase: Any = None,
-                           finish: Any = None) -> None:
-            ring(t, pieces, self.timing("reductions", ufunc), tmp, phase,
-                 None if finish is None else self.timing("reductions", finish))
+        def timed(pieces: Any, ufunc: Any, finish: Any = None, phase: Any = None,
+                  key: Any = None) -> None:
+            allreduce(pieces, self.timing("reductions", ufunc),
+                      None if finish is None else self.timing("reductions", finish), phase,
+                      key)
 
-        fusion.ring_allreduce = self.timing("rings", ring_allreduce)
+        reducer.allreduce = self.timing("rings", timed)
 
 
 def main(argv: list[str]) -> None:

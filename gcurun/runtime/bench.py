@@ -1,6 +1,7 @@
 """The allreduce benchmark behind ``benchmarks/allreduce.py`` (and ``gcurun bench
-allreduce``): an nccl-tests-style table of gcurun's ring on each available backend and,
-under an MPI launcher, of the MPI library's own MPI_Allreduce, all measured in one run.
+allreduce``): an nccl-tests-style table of gcurun's allreduce on each available backend
+(as a script calls it: the engine's synchronous path) and, under an MPI launcher, of the
+MPI library's own MPI_Allreduce, all measured in one run.
 
 Every variant reduces the same float32 buffer in place with Sum. For each size the
 variants take turns, several rounds in an order shuffled every round, and each keeps its
@@ -9,8 +10,8 @@ rank's mean over its iterations. With ``--repeat`` the whole sweep runs several 
 far apart in time, and each variant keeps its best over all of them (a shared machine
 has slow spells lasting seconds).
 
-Under mpirun both backends run side by side in one process: the tcp one through a
-rendezvous that rank 0 serves for the occasion.
+Under mpirun both backends run side by side in one process, each with its own engine:
+the tcp one through a rendezvous that rank 0 serves for the occasion.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from typing import Any
 import numpy as np
 
 from gcurun.runtime.api import ReduceOp
-from gcurun.runtime.collectives import Communicator
 from gcurun.runtime.dtypes import aligned_empty
-from gcurun.runtime.env import RuntimeEnv, read_runtime_env
+from gcurun.runtime.engine.background import start_engine
+from gcurun.runtime.frontend.collectives import Collectives
+from gcurun.runtime.settings import RuntimeEnv, read_runtime_env
+from gcurun.runtime.transport.opening import open_transport
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -40,12 +43,15 @@ class Row:
 
 @dataclass
 class Job:
-    """What the benchmark runs on: communicators by backend, and MPI when launched by it."""
+    """What the benchmark runs on: the synchronous collectives of an engine by backend,
+    and MPI when launched by it."""
 
     rank: int
     size: int
     hosts: int
-    communicators: dict[str, Communicator]
+    communicators: dict[str, Collectives]
+    transports: dict[str, Any]
+    chunk_bytes: int
     mpi_comm: Any = None
     closers: tuple[Callable[[], None], ...] = ()
 
@@ -102,25 +108,33 @@ def open_job(env: RuntimeEnv, backends: Sequence[str]) -> Job:
         from mpi4py import MPI
 
         mpi_comm = MPI.COMM_WORLD
-    communicators: dict[str, Communicator] = {}
+    communicators: dict[str, Collectives] = {}
     closers: list[Callable[[], None]] = []
     if "mpi" in backends and mpi_comm is not None:
-        from gcurun.runtime.mpi_transport import MPITransport
-
-        transport = MPITransport(mpi_comm, env.timeout_seconds)
-        communicators["mpi"] = Communicator(transport, env.chunk_bytes)
-        closers.append(transport.close)
+        opened = open_transport("mpi", env, range(mpi_comm.Get_size()), mpi_comm.Get_rank(),
+                                hostname=_hostname(env), comm=mpi_comm)
+        communicators["mpi"] = _engine(opened.transport, env, closers, opened.close)
     if "tcp" in backends and (env.rendezvous is not None or mpi_comm is not None):
         transport_, closer = _tcp_transport(env, mpi_comm)
-        communicators["tcp"] = Communicator(transport_, env.chunk_bytes)
-        closers.append(closer)
+        communicators["tcp"] = _engine(transport_, env, closers, closer)
     if not communicators:
         raise RuntimeError(f"none of the backends {', '.join(backends)} can run here; start "
                            "the benchmark under mpirun or gcurun")
     first = next(iter(communicators.values()))
     hostnames = first.allgather_object(_hostname(env))
-    return Job(first.rank, first.size, len(set(hostnames)), communicators, mpi_comm,
-               tuple(closers))
+    transports = {name: comm.engine.t for name, comm in communicators.items()}
+    return Job(first.rank, first.size, len(set(hostnames)), communicators, transports,
+               env.chunk_bytes, mpi_comm, tuple(closers))
+
+
+def _engine(transport: Any, env: RuntimeEnv, closers: list[Callable[[], None]],
+            close: Callable[[], None]) -> Collectives:
+    closers.append(close)
+    # Every call here is synchronous on every rank: no idle cycles, which would run beside
+    # the other variants' rounds.
+    engine = start_engine(transport, env, env.chunk_bytes, idle_cycles=False)
+    closers.insert(0, engine.stop)
+    return Collectives(engine)
 
 
 def _hostname(env: RuntimeEnv) -> str:
@@ -130,41 +144,17 @@ def _hostname(env: RuntimeEnv) -> str:
 
 
 def _tcp_transport(env: RuntimeEnv, mpi_comm: Any) -> tuple[Any, Callable[[], None]]:
-    from gcurun.runtime.tcp_transport import TCPTransport
-
-    server = None
-    address: tuple[str, int] | None = env.rendezvous
-    secret: bytes | None = env.secret
-    if address is not None and secret is not None and env.facts is not None:
+    """The tcp transport: through gcurun's rendezvous, or under mpirun through one that
+    rank 0 serves for the occasion."""
+    if env.rendezvous is not None and env.secret is not None and env.facts is not None:
         rank, size = env.facts.rank, env.facts.size
+        opened = open_transport("tcp", env, range(size), rank, hostname=_hostname(env),
+                                rendezvous=(env.rendezvous, env.secret))
     else:
-        import socket
-
-        from gcurun.rendezvous.server import RendezvousServer, new_secret
-
         rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
-        if rank == 0:
-            hosts = mpi_comm.gather(socket.gethostname(), root=0)
-            host = "127.0.0.1" if len(set(hosts)) == 1 else socket.gethostname()
-            secret = new_secret()
-            server = RendezvousServer(host, 0, secret=secret, size=size)
-            server.start()
-            address = server.address
-        else:
-            mpi_comm.gather(socket.gethostname(), root=0)
-        address, secret = mpi_comm.bcast((address, secret), root=0)
-    assert address is not None and secret is not None
-    transport = TCPTransport(rank=rank, size=size, generation=1, hostname=_hostname(env),
-                             rendezvous=address, secret=secret, timeout=env.timeout_seconds,
-                             cma=env.cma, rings=env.rings)
-    transport.start()
-
-    def close() -> None:
-        transport.close()
-        if server is not None:
-            server.close()
-
-    return transport, close
+        opened = open_transport("tcp", env, range(size), rank, hostname=_hostname(env),
+                                allgather=mpi_comm.allgather)
+    return opened.transport, opened.close
 
 
 def measure_size(job: Job, pool: np.ndarray, nbytes: int, rounds: int,
@@ -208,7 +198,7 @@ def best_row(rows: Sequence[Row]) -> Row:
                                 for name in rows[0].seconds})
 
 
-def _ring(comm: Communicator, buf: np.ndarray) -> Callable[[], Any]:
+def _ring(comm: Collectives, buf: np.ndarray) -> Callable[[], Any]:
     total = ReduceOp.SUM        # bound once, as a script's hvd.Sum is
     return lambda: comm.allreduce(buf, total, name="bench", inplace=True)
 

@@ -1,18 +1,19 @@
-"""``gcurun.runtime``'s function API over one Communicator, for thread ranks."""
+"""``gcurun.runtime``'s function API over one engine's synchronous collectives, for
+thread ranks."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import gcurun.runtime as hvd
-from gcurun.runtime.collectives import Communicator
+from gcurun.runtime.frontend.collectives import Collectives
 
 
-class CommunicatorAPI:
+class EngineAPI:
     Sum, Min, Max, Product, Average = hvd.Sum, hvd.Min, hvd.Max, hvd.Product, hvd.Average
     ArgumentError, MismatchError = hvd.ArgumentError, hvd.MismatchError
 
-    def __init__(self, comm: Communicator):
+    def __init__(self, comm: Collectives):
         self.comm = comm
 
     def rank(self) -> int:

@@ -12,7 +12,7 @@ import pytest
 
 from gcurun.rendezvous import wire
 from gcurun.rendezvous.server import RendezvousServer
-from gcurun.runtime.tcp_transport import CONNECT_EXTRA, PEER_LABEL
+from gcurun.runtime.transport.tcp import CONNECT_EXTRA, PEER_LABEL
 from tests.helpers import ROOT, wait_for
 from tests.runtime.jobs import MPIRUN, run_job, run_local, run_tcp
 
@@ -199,17 +199,17 @@ def test_messages_of_several_pieces_on_both_transports(size: int, env: dict) -> 
 @pytest.mark.mpi
 @needs_mpi
 @pytest.mark.parametrize("size", [2, 3])
-def test_the_communicators_repeated_allreduces_on_both_transports(size: int) -> None:
-    """The communicator's own allreduce, as the allreduce benchmark calls it, on real mpi
-    and tcp transports with the default chunk: small and large tensors called again and
-    again, in place and not, one tensor in place again and again, a strided tensor on one
-    rank, mismatches after success. Two ranks take the quick ways for every large name
-    and keep one tensor's exchanges prepared; three ranks take the prepared plans."""
+def test_the_engines_repeated_allreduces_on_both_transports(size: int) -> None:
+    """The engine's synchronous allreduce, as the allreduce benchmark calls it, on real
+    mpi and tcp transports with the default chunk: small and large tensors called again
+    and again, in place and not, one tensor in place again and again, a strided tensor on
+    one rank, mismatches after success. Every large name takes quick cycles; two ranks
+    keep one tensor's exchanges prepared."""
     job = run_job("mpi", size, "communicators.py")
     assert job.returncodes == [0], job.stdout + job.stderr
     names = "big.average,big.held,big.held.average,big.held.min,big.max,big.min,big.scaled," \
         "big.sum"
-    ways = f"quick [{names}], one tensor held" if size == 2 else "quick [], none held"
+    ways = f"quick [{names}], " + ("one tensor held" if size == 2 else "none held")
     for rank in range(size):
         lines = job.lines(f"rank {rank} of {size} communicators ok: mpi ")
         assert len(lines) == 1, job.stdout + job.stderr
@@ -275,3 +275,16 @@ def test_the_overhead_benchmark_sets_each_way_against_native_mpi() -> None:
         job.stdout
     assert rows["native"] == [rows["native"][0], 0.0, 1.0]
     assert all(values[0] > 0 for values in rows.values())
+
+
+@pytest.mark.parametrize(("backend", "size"), [
+    pytest.param("tcp", 2, id="tcp-2"), pytest.param("tcp", 3, id="tcp-3"),
+    pytest.param("mpi", 2, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
+    pytest.param("mpi", 4, id="mpi-4", marks=[pytest.mark.mpi, needs_mpi])])
+def test_process_sets_on_the_numpy_api(backend: str, size: int) -> None:
+    """Sets on their own engines: every kind of call, errors raised on every member."""
+    job = run_job(backend, size, "process_sets.py")
+    assert set(job.returncodes) == {0}, job.stdout + job.stderr
+    for rank in range(size):
+        assert len(job.lines(f"rank {rank} of {size} process sets ok:")) == 1, \
+            job.stdout + job.stderr

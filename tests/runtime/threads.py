@@ -1,5 +1,5 @@
 """Ranks as threads of the test process, joined by queues: a transport for unit tests of
-the algorithms and collectives that needs no processes and no sockets."""
+the algorithms and the engine that needs no processes and no sockets."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from gcurun.runtime.api import CollectiveTimeout
-from gcurun.runtime.collectives import Communicator
 
 
 class QueueTransport:
@@ -99,9 +98,9 @@ def in_threads(size: int, rank_main: Callable[[int], Any], timeout: float) -> li
     return results
 
 
-def run_ranks(size: int, body: Callable[[Communicator], Any], chunk_bytes: int = 64,
+def run_ranks(size: int, body: Callable[[QueueTransport], Any],
               timeout: float = 30.0) -> list[Any]:
-    """Run ``body(communicator)`` on ``size`` thread ranks; return their results in rank
+    """Run ``body(transport)`` on ``size`` thread ranks; return their results in rank
     order, re-raising the first exception a rank raised."""
     ranks = transports(size, QueueTransport)
-    return in_threads(size, lambda rank: body(Communicator(ranks[rank], chunk_bytes)), timeout)
+    return in_threads(size, lambda rank: body(ranks[rank]), timeout)

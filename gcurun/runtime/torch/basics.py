@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import gcurun.runtime as runtime
-from gcurun.runtime.torch import handles, process_sets
+from gcurun.runtime.torch import handles
 from gcurun.runtime.torch.process_sets import ProcessSet, add_process_set
 
 rank = runtime.rank
@@ -39,7 +39,6 @@ def init(comm: Any = None,
 
 
 def _register(sets: str | Sequence[ProcessSet | Sequence[int]] | None) -> None:
-    process_sets.setup()
     if sets is None or sets == "dynamic":
         return
     if isinstance(sets, str):
@@ -52,7 +51,6 @@ def _register(sets: str | Sequence[ProcessSet | Sequence[int]] | None) -> None:
 def shutdown() -> None:
     """Leave the job: close process sets, forget pending handles, release connections.
     ``init()`` may join again afterwards."""
-    process_sets.teardown()
     handles.reset()
     runtime.shutdown()
 

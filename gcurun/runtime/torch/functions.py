@@ -11,7 +11,6 @@ import torch
 import gcurun.runtime as runtime
 from gcurun.runtime.torch.mpi_ops import broadcast_async_, synchronize
 from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
-from gcurun.runtime.torch.targets import SetTarget
 
 
 def broadcast_parameters(params: Mapping[str, Any] | Iterable[Any], root_rank: int,
@@ -37,14 +36,7 @@ def broadcast_parameters(params: Mapping[str, Any] | Iterable[Any], root_rank: i
 def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> Any:
     """``root_rank``'s Python object (pickled) on every rank."""
-    where = target(process_set)
-    root = root_rank
-    if isinstance(where, SetTarget):
-        ranks = process_set.ranks or []
-        if root_rank not in ranks:
-            raise ValueError(f"root_rank={root_rank} is not a member of {process_set}")
-        root = ranks.index(root_rank)
-    return where.broadcast_object(obj, root, name)
+    return target(process_set).broadcast_object(obj, root_rank, name)
 
 
 def allgather_object(obj: Any, name: str | None = None,

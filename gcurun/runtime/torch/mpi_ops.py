@@ -1,7 +1,7 @@
 """The collectives on torch tensors, with Horovod's names, arguments and results.
 
 Every ``*_async`` function stages its tensors (:mod:`.tensors`), hands the host arrays to
-the runtime (or to a process set's communicator) and returns an integer handle for
+the runtime (the engine of the job or of a process set) and returns an integer handle for
 :func:`poll` and :func:`synchronize`. The synchronous forms synchronize at once; the
 out-of-place ones are autograd functions, so gradients flow through them.
 """
@@ -16,12 +16,11 @@ import numpy as np
 import torch
 
 import gcurun.runtime as runtime
-from gcurun.runtime.ops import Adasum, Average, Max, Min, Product, Sum
+from gcurun.runtime import Adasum, Average, Max, Min, Product, Sum
 from gcurun.runtime.torch import adasum
 from gcurun.runtime.torch.compression import Compression, Compressor
 from gcurun.runtime.torch.handles import Combined, poll, register, synchronize
 from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
-from gcurun.runtime.torch.targets import SetTarget
 from gcurun.runtime.torch.tensors import stage, to_tensor, write_back
 
 __all__ = [
@@ -308,22 +307,10 @@ def grouped_allgather(tensors: Tensors, name: str | None = None,
 # -- broadcast ---------------------------------------------------------------------------
 
 
-def _set_root(root_rank: int, process_set: ProcessSet, where: Any) -> int:
-    """Roots are global ranks (Horovod's convention); a set's communicator counts its
-    members from 0."""
-    if not isinstance(where, SetTarget) or process_set is None:
-        return root_rank
-    ranks = process_set.ranks or []
-    if root_rank not in ranks:
-        raise ValueError(f"root_rank={root_rank} is not a member of {process_set}; pick the "
-                         "root among its ranks")
-    return ranks.index(root_rank)
-
-
 def _broadcast_async(tensor: torch.Tensor, root_rank: int, inplace: bool, name: str | None,
                      process_set: ProcessSet) -> int:
     where = target(process_set)
-    root = _set_root(root_rank, process_set, where)
+    root = root_rank            # a rank of the job, also on a process set (Horovod's)
     staged = stage(tensor, "broadcast")
     if inplace:
         work = where.broadcast(staged.array, root, True, name)

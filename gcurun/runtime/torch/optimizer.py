@@ -18,7 +18,7 @@ import torch
 from gcurun.runtime.torch import mpi_ops
 from gcurun.runtime.torch.compression import Compression, Compressor
 from gcurun.runtime.torch.mpi_ops import Average
-from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
+from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set
 
 Group = tuple[torch.Tensor, ...]
 _created = itertools.count()
@@ -54,12 +54,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._hooks: list[Any] = []
         self._communicating = bool(process_set.included()) and (process_set.size() or 1) > 1
-        # On the job's background engine, each gradient's allreduce starts from its hook
-        # and overlaps the rest of backward. A process set's communicator runs ops when
-        # called, which would block backward and make the ranks meet every gradient in
-        # the same order (rank-dependent branches break that): there step() reduces them
-        # all, in name order, as one fused op.
-        self._overlap = self._communicating and target(process_set).engine
+        # On the engine (the job's or the set's), each gradient's allreduce starts from
+        # its hook and overlaps the rest of backward.
+        self._overlap = self._communicating
         if self._communicating:
             for p in self._requires_update:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))

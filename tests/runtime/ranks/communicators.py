@@ -1,10 +1,10 @@
-"""Rank script (under mpirun): the communicators' own allreduce on both transports,
-called again and again with small and large tensors, as benchmarks/allreduce.py calls
-it (a script's collectives go through the engine instead). Two ranks take the quick
-ways (``Communicator._pair_allreduce``) from a name's second call on. Prints one line
-per rank: the checks passed on each backend, the names that had a quick way, and
-whether a tensor called in place again and again kept its exchanges prepared. Two ranks
-then swap buffers by a prepared exchange on one side and a plain one on the other."""
+"""Rank script (under mpirun): the engine's synchronous allreduce on both transports (an
+engine each, as benchmarks/allreduce.py runs them), called again and again with small
+and large tensors. A name's calls take quick cycles from its second on. Prints one line
+per rank: the checks passed on each backend, the large names that took quick cycles,
+and whether a tensor called in place again and again kept its exchanges prepared. Two
+ranks then swap buffers by a prepared exchange on one side and a plain one on the
+other."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from functools import partial
 import numpy as np
 
 from gcurun.runtime.bench import open_job
-from gcurun.runtime.env import read_runtime_env
-from gcurun.runtime.negotiate import prepared_sendrecv, release_sendrecv
-from tests.runtime.adapter import CommunicatorAPI
+from gcurun.runtime.settings import read_runtime_env
+from gcurun.runtime.transport.prepared import prepared_sendrecv, release_sendrecv
+from tests.runtime.adapter import EngineAPI
 from tests.runtime.checks import Checks
 
 
@@ -44,14 +44,14 @@ def main() -> None:
     job = open_job(read_runtime_env(), ["mpi", "tcp"])
     done = []
     for backend, comm in job.communicators.items():
-        checks = Checks(CommunicatorAPI(comm))
+        checks = Checks(EngineAPI(comm))
         checks.repeated()
         count = checks.repeated_large()
-        quick = ",".join(sorted(name for name in comm._inline
-                                if name and name.startswith("big.")))
-        held = "one tensor held" if comm._held[0] is not None else "none held"
+        quick = ",".join(sorted(name for name in comm._quick if name.startswith("big.")))
+        reducer = comm.engine.executor.reducer
+        held = "one tensor held" if reducer.held is not None else "none held"
         if job.size == 2:
-            count += prepared_against_plain(comm.transport, job.rank)
+            count += prepared_against_plain(job.transports[backend], job.rank)
         done.append(f"{backend} {count} checks, quick [{quick}], {held}")
     for close in job.closers:
         close()

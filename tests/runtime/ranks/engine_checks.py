@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 import gcurun.runtime as hvd
-from gcurun.runtime import basics
+from gcurun.runtime.frontend import state as basics
 from tests.runtime.checks import Checks as BaseChecks
 
 SHAPES = [(0,), (1,), (3, 5), (7,), (257,), (1000,), (64, 64), (70001,), (300, 1000),

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcurun.runtime import mpi_transport, tcp_transport
 from gcurun.runtime.bench import open_job
-from gcurun.runtime.env import read_runtime_env
+from gcurun.runtime.settings import read_runtime_env
+from gcurun.runtime.transport import mpi as mpi_transport
+from gcurun.runtime.transport import tcp as tcp_transport
 
 CASES = [(100, 1), (100, 4), (4096, 7), (1 << 20, 1), (1 << 20, 13), ((1 << 20) + 3, 40),
          (3 << 20, 1500)]              # (bytes, pieces)
@@ -93,18 +94,18 @@ def main() -> None:
     job = open_job(read_runtime_env(), ["mpi", "tcp"])
     rank, size = job.rank, job.size
     checked = 0
-    for backend, comm in job.communicators.items():
+    for backend, transport in job.transports.items():
         cases = CASES + ([(MANY, MANY // 2)] if backend == "tcp" else [])
         for index, (nbytes, pieces) in enumerate(cases):
-            exchange(comm.transport, rank, size, index, nbytes, pieces)
+            exchange(transport, rank, size, index, nbytes, pieces)
             checked += 1
-    tcp = job.communicators["tcp"].transport
+    tcp = job.transports["tcp"]
     quick = counting(tcp._swaps)  # type: ignore[attr-defined]
     for index, (nbytes, pieces) in enumerate(CASES):
         mixed(tcp, rank, size, index, nbytes, max(pieces, 3))
         checked += 1
     mpi_transport.PIECE_BYTES = 4096
-    mpi = job.communicators["mpi"].transport
+    mpi = job.transports["mpi"]
     for index, (nbytes, pieces) in enumerate(CASES):
         exchange(mpi, rank, size, index, nbytes, pieces)
         checked += 1

@@ -1,0 +1,132 @@
+"""The synchronous collectives on one engine (the job's or a process set's): every
+call is an op of the engine, submitted and waited for, or a quick cycle."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gcurun.runtime.api import ReduceOp
+from gcurun.runtime.engine.background import Engine
+from gcurun.runtime.engine.negotiation import QuickPlan
+from gcurun.runtime.engine.requests import Op, OpKind
+from gcurun.runtime.frontend.arguments import reduce_error, reduce_op
+from gcurun.runtime.frontend.build import (
+    allgather_op,
+    allreduce_op,
+    alltoall_op,
+    broadcast_op,
+    op_name,
+    reducescatter_op,
+    root_of,
+)
+
+
+class Collectives:
+    """The synchronous collectives of one engine. ``members``: the job's ranks of a
+    process set's engine (roots are ranks of the job), None for the job's engine."""
+
+    def __init__(self, engine: Engine, members: Sequence[int] | None = None):
+        self.engine = engine
+        self.members = None if members is None else list(members)
+        self.rank, self.size = engine.rank, engine.size
+        # By name, how a quick cycle runs the allreduce of the name's latest signature;
+        # by signature, every plan made (None: arguments the usual path reports).
+        self._quick: dict[str, QuickPlan] = {}
+        self._plans: dict[tuple, QuickPlan | None] = {}
+
+    def _run(self, op: Op) -> Any:
+        return self.engine.run_now(op)
+
+    def allreduce(self, tensor: Any, op: Any = ReduceOp.AVERAGE, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0, name: str | None = None,
+                  inplace: bool = False) -> np.ndarray:
+        engine = self.engine
+        auto = name is None
+        if auto:
+            name = engine.auto_name("allreduce")
+        # The repeated call, checked by identity (hashing a dtype costs a microsecond).
+        plan = self._quick.get(name)        # type: ignore[arg-type]
+        if plan is None or type(tensor) is not np.ndarray or tensor.dtype is not plan.dtype \
+                or tensor.shape != plan.shape or op is not plan.op or \
+                prescale_factor != 1.0 or postscale_factor != plan.postscale:
+            plan = self._plan(tensor, op, str(name), prescale_factor, postscale_factor)
+        if plan is not None and (tensor.flags.c_contiguous if plan.mine is None else True) \
+                and (not inplace or tensor.flags.writeable):
+            result = engine.allreduce_now(plan, tensor, inplace)
+            if result is not None:
+                return result
+        return self._run(allreduce_op(engine, tensor, op, prescale_factor, postscale_factor,
+                                      name, inplace, auto))
+
+    def _plan(self, tensor: Any, op: Any, name: str, prescale: float,
+              postscale: float) -> QuickPlan | None:
+        """The quick plan of this call's signature (made once), or None when the call
+        must take the usual path."""
+        if type(tensor) is not np.ndarray or prescale != 1.0:
+            return None
+        key = (tensor.dtype, tensor.shape, op, name, postscale)
+        try:
+            plan = self._plans[key]
+        except KeyError:
+            rop, error = reduce_op(op)
+            plan = None
+            if not (error or reduce_error(tensor, rop, 1.0, postscale)):
+                plan = self.engine.controller.plan_quick(name, tensor, op, rop, postscale)
+            if len(self._plans) >= 4096:
+                self._plans.clear()
+                self._quick.clear()
+            self._plans[key] = plan
+        if plan is not None:
+            self._quick[name] = plan        # the name's latest signature takes over
+        return plan
+
+    def reducescatter(self, tensor: Any, op: Any = ReduceOp.AVERAGE,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      name: str | None = None) -> np.ndarray:
+        return self._run(reducescatter_op(self.engine, tensor, op, prescale_factor,
+                                          postscale_factor, name))
+
+    def allgather(self, tensor: Any, name: str | None = None) -> np.ndarray:
+        return self._run(allgather_op(self.engine, tensor, name))
+
+    def broadcast(self, tensor: Any, root_rank: int, name: str | None = None,
+                  inplace: bool = False) -> np.ndarray:
+        return self._run(broadcast_op(self.engine, tensor, root_rank, name, inplace,
+                                      self.members))
+
+    def alltoall(self, tensor: Any, splits: Sequence[int] | np.ndarray | None = None,
+                 name: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return self._run(alltoall_op(self.engine, tensor, splits, name))
+
+    def barrier(self) -> None:
+        self._run(Op(OpKind.BARRIER, self.engine.auto_name(OpKind.BARRIER.label),
+                     auto=True))
+
+    def broadcast_object(self, obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
+        """``root_rank``'s object, pickled: a broadcast of its size, then of its bytes."""
+        base = op_name(self.engine, name, OpKind.BROADCAST_OBJECT)
+        root, _ = root_of(self.engine, root_rank, self.members)
+        is_root = root == self.rank
+        payload = pickle.dumps(obj) if is_root else b""
+        length = self.broadcast(np.array([len(payload)], np.int64), root_rank,
+                                f"{base}.size")
+        data = np.frombuffer(payload, np.uint8) if is_root else \
+            np.empty(int(length[0]), np.uint8)
+        received = self.broadcast(data, root_rank, f"{base}.data")
+        return obj if is_root else pickle.loads(received.data)
+
+    def allgather_object(self, obj: Any, name: str | None = None) -> list[Any]:
+        """Every rank's object, pickled: an allgather of sizes, then of the bytes."""
+        base = op_name(self.engine, name, OpKind.ALLGATHER_OBJECT)
+        payload = np.frombuffer(pickle.dumps(obj), np.uint8)
+        lengths = self.allgather(np.array([len(payload)], np.int64), f"{base}.size")
+        everything = self.allgather(payload, f"{base}.data")
+        pieces, offset = [], 0
+        for length in lengths.tolist():
+            pieces.append(pickle.loads(everything[offset:offset + length].data))
+            offset += length
+        return pieces

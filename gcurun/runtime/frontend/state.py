@@ -1,0 +1,271 @@
+"""init/shutdown and who-am-I: the process-wide state of the runtime (the job's
+transport, engine and synchronous collectives, and the process sets registered).
+
+The backend is chosen once per ``init()``: GCURUN_BACKEND when set; else ``mpi`` when a
+communicator is given or an MPI launcher started the process; ``tcp`` when gcurun's
+launcher gave a rendezvous; else the process runs alone. mpi4py is imported only by the
+``mpi`` backend (importing it initializes MPI).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from gcurun.errors import UsageError
+from gcurun.runtime.api import NotInitializedError, Transport
+from gcurun.runtime.engine.background import start_engine
+from gcurun.runtime.frontend.collectives import Collectives
+from gcurun.runtime.frontend.layout import RankLayout, derive_rank_layout
+from gcurun.runtime.settings import BackendName, RuntimeEnv, read_runtime_env
+from gcurun.runtime.transport.opening import Opened, open_transport
+
+
+@dataclass
+class _State:
+    backend: BackendName
+    transport: Transport
+    topology: RankLayout
+    env: RuntimeEnv
+    opened: Opened
+    mpi_threads: bool = False
+    engine: Any = None          # the job's background engine
+    communicator: Any = None    # the synchronous collectives on it (Collectives)
+    comm: Any = None            # mpi: the job's mpi4py communicator
+    # Registered process sets by id (each closes its engine and transport on shutdown).
+    sets: dict[int, Any] = field(default_factory=dict)
+
+
+_state: _State | None = None
+_lock = threading.Lock()
+_generation = 0
+_atexit_registered = False
+
+
+def choose_backend(env: RuntimeEnv, comm_given: bool) -> BackendName:
+    """The backend ``init`` uses (pure; see the module docstring for the rule)."""
+    if env.backend is not None:
+        if comm_given and env.backend != "mpi":
+            raise UsageError(f"init(comm=...) needs the mpi backend but GCURUN_BACKEND="
+                             f"{env.backend}; unset GCURUN_BACKEND or drop comm")
+        return env.backend
+    if comm_given:
+        return "mpi"
+    if env.rendezvous is not None:
+        return "tcp"
+    if env.under_mpi_launcher:
+        return "mpi"
+    return "local"
+
+
+def init(comm: Any = None) -> None:
+    """Join the job. ``comm`` (an mpi4py communicator, or a list of ranks of
+    COMM_WORLD) runs the job on that communicator. A second call without shutdown does
+    nothing; after ``shutdown()`` it joins again."""
+    global _state, _atexit_registered
+    with _lock:
+        if _state is not None:
+            return
+        env = read_runtime_env()
+        backend = choose_backend(env, comm is not None)
+        if backend == "mpi":
+            state_ = _init_mpi(env, comm)
+        elif backend == "tcp":
+            state_ = _init_tcp(env)
+        else:
+            state_ = _init_local(env)
+        _state = _start_engine(state_)
+        if not _atexit_registered:
+            atexit.register(shutdown)
+            _atexit_registered = True
+
+
+def shutdown() -> None:
+    """Leave the job and release connections. Safe to call twice or before init."""
+    global _state
+    with _lock:
+        state, _state = _state, None
+    if state is not None:
+        for process_set in list(state.sets.values()):
+            process_set.close()
+        state.sets.clear()
+        if state.engine is not None:
+            state.engine.stop()
+        state.opened.close()
+
+
+def current_state() -> _State | None:
+    """The running job's state, or None before init() (never raises)."""
+    return _state
+
+
+def is_initialized() -> bool:
+    return _state is not None
+
+
+def state(what: str) -> _State:
+    current = _state
+    if current is None:
+        raise NotInitializedError(what)
+    return current
+
+
+def communicator(what: str) -> Collectives:
+    """The job's synchronous collectives; raises NotInitializedError before init()."""
+    current = _state
+    if current is None:
+        raise NotInitializedError(what)
+    return current.communicator
+
+
+def rank() -> int:
+    return state("rank()").topology.rank
+
+
+def size() -> int:
+    return state("size()").topology.size
+
+
+def local_rank() -> int:
+    return state("local_rank()").topology.local_rank
+
+
+def local_size() -> int:
+    return state("local_size()").topology.local_size
+
+
+def cross_rank() -> int:
+    return state("cross_rank()").topology.cross_rank
+
+
+def cross_size() -> int:
+    return state("cross_size()").topology.cross_size
+
+
+def is_homogeneous() -> bool:
+    """Whether every host runs the same number of ranks."""
+    return state("is_homogeneous()").topology.homogeneous
+
+
+def backend() -> BackendName:
+    """The running backend: ``mpi``, ``tcp`` or ``local``."""
+    return state("backend()").backend
+
+
+def mpi_threads_supported() -> bool:
+    """Whether MPI runs with MPI_THREAD_MULTIPLE (False on the tcp and local backends)."""
+    return state("mpi_threads_supported()").mpi_threads
+
+
+def mpi_built() -> bool:
+    """Whether the mpi backend can be used here (mpi4py is installed)."""
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def mpi_enabled() -> bool:
+    """Whether the running job uses the mpi backend."""
+    return _state is not None and _state.backend == "mpi"
+
+
+def gloo_built() -> bool:
+    return False
+
+
+def gloo_enabled() -> bool:
+    return False
+
+
+def nccl_built() -> bool:
+    return False
+
+
+def hostname(env: RuntimeEnv) -> str:
+    """This rank's host name, as the launcher named it."""
+    facts = env.facts
+    return facts.hostname if facts is not None and facts.hostname else socket.gethostname()
+
+
+def _start_engine(state_: _State) -> _State:
+    """Start the job's background engine; the public collectives go through it."""
+    try:
+        if state_.backend == "mpi":
+            _check_mpi_threads()
+        state_.engine = start_engine(state_.transport, state_.env, state_.env.chunk_bytes)
+    except BaseException:
+        state_.opened.close()
+        raise
+    state_.communicator = Collectives(state_.engine)
+    return state_
+
+
+def _check_mpi_threads() -> None:
+    from mpi4py import MPI
+
+    if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
+        raise UsageError("the MPI library was initialized without thread support "
+                         "(MPI_THREAD_SERIALIZED or better); gcurun's engine thread makes "
+                         "the MPI calls: leave mpi4py.rc.thread_level at 'multiple'")
+
+
+# -- backends ---------------------------------------------------------------------------
+
+
+def _init_local(env: RuntimeEnv) -> _State:
+    if env.facts is not None and env.facts.size > 1:
+        raise UsageError(f"GCURUN_SIZE={env.facts.size} but this process has no way to reach "
+                         "its peers: GCURUN_RENDEZVOUS is unset and no MPI launcher started "
+                         "it; start the job with gcurun (or mpirun)")
+    opened = open_transport("local", env, [0], 0, hostname=hostname(env))
+    assert opened.transport is not None
+    layout = RankLayout(0, 1, 0, 1, 0, 1, True)
+    return _State("local", opened.transport, layout, env, opened)
+
+
+def _init_tcp(env: RuntimeEnv) -> _State:
+    global _generation
+    facts = env.facts
+    missing = [name for name, value in (("GCURUN_RANK/GCURUN_SIZE", facts),
+                                        ("GCURUN_RENDEZVOUS", env.rendezvous),
+                                        ("GCURUN_SECRET", env.secret)) if value is None]
+    if missing or facts is None or env.rendezvous is None or env.secret is None:
+        raise UsageError(f"the tcp backend needs {', '.join(missing)}, which gcurun's launcher "
+                         "sets; start the job with gcurun, or unset GCURUN_BACKEND")
+    _generation += 1
+    opened = open_transport("tcp", env, range(facts.size), facts.rank,
+                            hostname=hostname(env), generation=_generation,
+                            rendezvous=(env.rendezvous, env.secret))
+    assert opened.transport is not None
+    layout = derive_rank_layout([str(p.get("host")) for p in opened.peers], facts.rank)
+    if facts.local_rank is not None and facts.local_size is not None \
+            and facts.cross_rank is not None and facts.cross_size is not None:
+        # The launcher's plan is the truth (its hosts may share one kernel in tests).
+        layout = RankLayout(facts.rank, facts.size, facts.local_rank, facts.local_size,
+                            facts.cross_rank, facts.cross_size, layout.homogeneous)
+    return _State("tcp", opened.transport, layout, env, opened)
+
+
+def _init_mpi(env: RuntimeEnv, comm: Any) -> _State:
+    from mpi4py import MPI
+
+    from gcurun.runtime.transport.mpi import mpi_topology
+
+    if comm is None:
+        comm = MPI.COMM_WORLD
+    elif isinstance(comm, (list, tuple)):
+        group = MPI.COMM_WORLD.Get_group().Incl(list(comm))
+        comm = MPI.COMM_WORLD.Create_group(group)
+        group.Free()
+    opened = open_transport("mpi", env, range(comm.Get_size()), comm.Get_rank(),
+                            hostname=hostname(env), comm=comm)
+    transport = opened.transport
+    assert transport is not None
+    local_rank_, local_size_, cross_rank_, cross_size_ = mpi_topology(comm, env.facts)
+    sizes = comm.allgather(local_size_)
+    layout = RankLayout(transport.rank, transport.size, local_rank_, local_size_,
+                        cross_rank_, cross_size_, len(set(sizes)) == 1)
+    threads = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+    return _State("mpi", transport, layout, env, opened, threads, comm=comm)

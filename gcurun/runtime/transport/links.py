@@ -1,0 +1,255 @@
+"""Moving queued bytes over a rank's links: non-blocking sockets, or shared-memory rings
+(with the socket as doorbell and death notice) between ranks of one host.
+
+Each link holds, in order, the sends and the receives queued on it; each entry is
+``[view, position, then]`` where ``then()`` runs when the entry completes (and may queue
+more). :meth:`Mover.progress` moves everything queued on a set of links, waiting when
+nothing can move: it spins first (a peer usually answers within microseconds, and a
+sleeping rank loses its core on a busy host), yields the CPU after a while, and then
+sleeps in poll() until a socket or doorbell wakes it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gcurun.runtime.api import CollectiveTimeout, PeerFailureError
+from gcurun.runtime.transport.shm import NAP_SECONDS, Channel
+
+SPIN_SECONDS = 0.005
+YIELD_AFTER_SECONDS = 50e-6
+POLL_IN, POLL_OUT = select.POLLIN, select.POLLOUT
+
+
+class Link:
+    """A connection to one peer."""
+
+    __slots__ = ("sock", "peer", "pid", "pull", "pushed", "channel", "sends", "recvs")
+
+    def __init__(self, sock: socket.socket, peer: int, pid: int, pull: bool, pushed: bool,
+                 channel: Channel | None):
+        self.sock = sock
+        self.peer = peer
+        self.pid = pid
+        self.pull = pull            # large messages from the peer arrive as descriptors
+        self.pushed = pushed        # the peer reads our large messages itself
+        self.channel = channel      # shared-memory rings, or None: bytes go by the socket
+        self.sends: list[list[Any]] = []
+        self.recvs: list[list[Any]] = []
+
+    def close(self) -> None:
+        self.sock.close()
+        if self.channel is not None:
+            self.channel.close()
+
+
+class Mover:
+    """Moves the bytes queued on links, with the transport's timeout and failure rules."""
+
+    def __init__(self, timeout: float, aborted: Callable[[], str | None],
+                 failure: Callable[[int, str], PeerFailureError]):
+        self.timeout = timeout
+        self._aborted = aborted
+        self._failure = failure
+
+    def progress(self, links: list[Link]) -> None:
+        """Move every queued send and receive of ``links`` until all are done; raise
+        CollectiveTimeout after ``timeout`` seconds without progress."""
+        last_moved = time.monotonic()
+        while True:
+            moved = False
+            pending = False
+            for link in links:
+                moved |= self._pump_ring(link) if link.channel else self._pump_socket(link)
+                pending = pending or bool(link.sends or link.recvs)
+            if not pending:
+                return
+            if moved:
+                last_moved = time.monotonic()
+            else:
+                self._wait(links, last_moved)
+
+    # -- moving -----------------------------------------------------------------------------
+
+    def _pump_socket(self, link: Link) -> bool:
+        sock, moved = link.sock, False
+        try:
+            while link.sends:
+                op = link.sends[0]
+                view, position = op[0], op[1]
+                sent = sock.send(view[position:] if position else view)
+                moved = True
+                op[1] = position = position + sent
+                if position < len(view):
+                    break
+                link.sends.pop(0)
+                if op[2] is not None:
+                    op[2]()
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            raise self._broken(link, exc) from None
+        try:
+            while link.recvs:
+                op = link.recvs[0]
+                view, position = op[0], op[1]
+                got = sock.recv_into(view[position:] if position else view)
+                if got == 0:
+                    raise self._closed(link)
+                moved = True
+                op[1] = position = position + got
+                if position < len(view):
+                    break
+                link.recvs.pop(0)
+                if op[2] is not None:
+                    op[2]()
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            raise self._broken(link, exc) from None
+        return moved
+
+    def _pump_ring(self, link: Link) -> bool:
+        channel = link.channel
+        assert channel is not None
+        wrote = read = False
+        while link.sends:
+            op = link.sends[0]
+            view, position = op[0], op[1]
+            count = channel.outgoing.write(view[position:] if position else view)
+            if not count:
+                break
+            wrote = True
+            op[1] = position = position + count
+            if position < len(view):
+                break
+            link.sends.pop(0)
+            if op[2] is not None:
+                op[2]()
+        while link.recvs:
+            op = link.recvs[0]
+            view, position = op[0], op[1]
+            count = channel.incoming.read_into(view[position:] if position else view)
+            if not count:
+                break
+            read = True
+            op[1] = position = position + count
+            if position < len(view):
+                break
+            link.recvs.pop(0)
+            if op[2] is not None:
+                op[2]()
+        # A callback may have queued a send (an acknowledgement): the next pass moves it.
+        if (wrote and channel.outgoing.sleeping(reader=True)) or \
+                (read and channel.incoming.sleeping(reader=False)):
+            self.ring_doorbell(link)
+        return wrote or read
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    def _ready(self, links: list[Link], poll: Callable[[int], list]) -> bool:
+        for link in links:
+            channel = link.channel
+            if channel is not None and ((link.recvs and channel.incoming.readable())
+                                        or (link.sends and channel.outgoing.writable())):
+                return True
+        return bool(poll(0))
+
+    def _wait(self, links: list[Link], last_moved: float) -> None:
+        """Return when a link of ``links`` may move (or to re-check the deadline)."""
+        poller = select.poll()
+        sockets = False
+        for link in links:
+            if link.channel is None:
+                events = (POLL_IN if link.recvs else 0) | (POLL_OUT if link.sends else 0)
+                if events:
+                    poller.register(link.sock, events)
+                    sockets = True
+        poll = poller.poll if sockets else _never
+        while True:
+            if self._ready(links, poll):
+                return
+            reason = self._aborted()
+            if reason is not None:
+                raise PeerFailureError(reason)
+            waited = time.monotonic() - last_moved
+            if waited > self.timeout:
+                raise self._timeout(links)
+            if waited > SPIN_SECONDS:
+                break
+            if waited > YIELD_AFTER_SECONDS:
+                os.sched_yield()
+        self._sleep(links, poller, waited)
+
+    def _sleep(self, links: list[Link], poller: Any, waited: float) -> None:
+        rings = [link for link in links if link.channel is not None
+                 and (link.sends or link.recvs)]
+        for link in rings:
+            poller.register(link.sock, POLL_IN)
+            self._set_sleeping(link, True)
+        try:
+            if rings and self._ready(links, lambda _: []):
+                return
+            left = self.timeout - waited
+            nap = min(left, NAP_SECONDS) if rings else left
+            poller.poll(max(1, int(nap * 1000)))
+        finally:
+            for link in rings:
+                self._set_sleeping(link, False)
+                self._drain_doorbell(link)
+        reason = self._aborted()
+        if reason is not None:
+            raise PeerFailureError(reason)
+
+    @staticmethod
+    def _set_sleeping(link: Link, value: bool) -> None:
+        channel = link.channel
+        assert channel is not None
+        if link.recvs:
+            channel.incoming.set_sleeping(reader=True, value=value)
+        if link.sends:
+            channel.outgoing.set_sleeping(reader=False, value=value)
+
+    def ring_doorbell(self, link: Link) -> None:
+        try:
+            link.sock.send(b"\x07")
+        except (BlockingIOError, InterruptedError):
+            pass                    # the peer has doorbells waiting already
+        except OSError as exc:
+            raise self._broken(link, exc) from None
+
+    def _drain_doorbell(self, link: Link) -> None:
+        try:
+            while True:
+                if not link.sock.recv(4096):
+                    raise self._closed(link)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            raise self._broken(link, exc) from None
+
+    # -- failures ---------------------------------------------------------------------------
+
+    def _closed(self, link: Link) -> PeerFailureError:
+        return self._failure(link.peer, "it closed its connection (it exited, failed or was "
+                                        "killed)")
+
+    def _broken(self, link: Link, exc: OSError) -> PeerFailureError:
+        return self._failure(link.peer, f"the connection broke ({exc.strerror or exc})")
+
+    def _timeout(self, links: list[Link]) -> CollectiveTimeout:
+        stuck = [link.peer for link in links if link.sends or link.recvs]
+        return CollectiveTimeout(
+            f"no progress for {self.timeout:g} s waiting for "
+            + " and ".join(f"rank {peer}" for peer in stuck)
+            + "; it may be stuck, or not calling this collective (set "
+            "GCURUN_TIMEOUT_SECONDS to wait longer)")
+
+
+def _never(_timeout: int) -> list:
+    return []

@@ -1,0 +1,240 @@
+"""The ``mpi`` backend: the transport over mpi4py point-to-point calls on raw buffers.
+
+Only buffer calls (``Send``/``Irecv``/``Isend`` and the persistent ``Send_init``/
+``Recv_init``) are used, never the lowercase pickling ones. Waits poll ``Test``/``Testall``
+instead of blocking in ``Waitall`` so that a rank that never arrives becomes a
+:class:`CollectiveTimeout` rather than a hang; the poll spins briefly, then yields the
+CPU, then sleeps, so oversubscribed jobs still progress. Only sends that complete eagerly,
+without the peer (up to ``EAGER_BYTES``), are finished by a blocking call.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
+from gcurun.runtime.settings import RankFacts
+
+TAG = 0x6763
+# Messages up to this size complete eagerly in every MPI we know; a blocking Send of one
+# cannot wait for the receiver.
+EAGER_BYTES = 1024
+# MPI counts are C ints: larger messages go in pieces (both sides split the same way).
+PIECE_BYTES = 1 << 30
+SPIN_SECONDS = 50e-6
+FAST_SPINS = 200
+YIELD_SECONDS = 0.01
+
+
+class MPITransport:
+    """Point-to-point on a private duplicate of ``comm``."""
+
+    pieces_in_one_message = False       # sendrecv_parts: a message per piece
+
+    def __init__(self, comm: Any, timeout_seconds: float):
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self._byte = MPI.BYTE
+        self.comm = comm.Dup()
+        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.timeout = timeout_seconds
+        self._persistent: dict[Callable[[], None], tuple] = {}
+
+    def send(self, buf: Buffer, dest: int) -> None:
+        self._transfer(buf, dest, None, dest)
+
+    def recv(self, buf: Buffer, source: int) -> None:
+        self._transfer(None, source, buf, source)
+
+    def sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer, source: int) -> None:
+        self._transfer(sendbuf, dest, recvbuf, source)
+
+    def sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
+                       recvbufs: Sequence[Buffer], source: int) -> None:
+        """One MPI message per piece, all of them in flight at once: each large piece
+        takes the MPI library's single-copy path where it lies (an indexed datatype over
+        the pieces would be packed through bounce buffers instead). A piece over
+        ``PIECE_BYTES`` goes as several messages, cut alike on both ends."""
+        sends = _messages(sendbufs)
+        recvs = _messages(recvbufs)
+        if len(sends) <= 1 and len(recvs) <= 1:
+            self._transfer(sends[0] if sends else None, dest, recvs[0] if recvs else None,
+                           source)
+            return
+        mpi, comm, byte = self._mpi, self.comm, self._byte
+        try:
+            requests = [comm.Irecv([buf, byte], source, TAG) for buf in recvs]
+            requests += [comm.Isend([buf, byte], dest, TAG) for buf in sends]
+            if not mpi.Request.Testall(requests):
+                self._wait(requests, [source] * len(recvs) + [dest] * len(sends))
+        except mpi.Exception as exc:
+            raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
+                                   f"{source if recvs else dest}: {exc}") from None
+
+    def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
+                         source: int) -> Callable[[], None]:
+        """A sendrecv of these two fixed buffers, to run many times, as MPI persistent
+        requests: each run skips argument parsing and request setup (the latency of tiny
+        collectives, a few microseconds of large ones). The requests hold the buffers
+        until :meth:`release_sendrecv` or :meth:`close`. Empty buffers, and those sent
+        in pieces, take :meth:`sendrecv` every time (their messages are its own)."""
+        send_bytes, recv_bytes = memoryview(sendbuf).nbytes, memoryview(recvbuf).nbytes
+        if not 0 < send_bytes <= PIECE_BYTES or not 0 < recv_bytes <= PIECE_BYTES:
+            return partial(self.sendrecv, sendbuf, dest, recvbuf, source)
+        receive = self.comm.Recv_init([recvbuf, self._byte], source, TAG)
+        try:
+            send = self.comm.Send_init([sendbuf, self._byte], dest, TAG)
+        except self._mpi.Exception:
+            receive.Free()
+            raise
+        both, peers = [receive, send], [source, dest]
+        # Bound methods of the two requests, cheaper than Startall/Testall over a list.
+        start_receive, start_send, test_receive = receive.Start, send.Start, receive.Test
+        exception = self._mpi.Exception
+        if send_bytes <= EAGER_BYTES:
+            finish_send = send.Wait     # it completes eagerly, without the peer
+        else:
+            def finish_send() -> None:  # once the peer has read it: a deadline
+                if not send.Test():
+                    self._wait([send], [dest])
+
+        def run() -> None:
+            try:
+                start_send()        # first: the peer waits for it, not for our receive
+                start_receive()
+                spins = 0
+                while not test_receive():
+                    spins += 1
+                    if spins > FAST_SPINS:      # a slow peer: wait with the clock
+                        self._wait(both, peers)
+                        return
+                finish_send()
+            except exception as exc:
+                raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
+                                       f"{source}: {exc}") from None
+
+        self._persistent[run] = (receive, send)
+        return run
+
+    def release_sendrecv(self, run: Callable[[], None]) -> None:
+        """Free the requests of a :meth:`prepare_sendrecv` that will not run again."""
+        for request in self._persistent.pop(run, ()):
+            self._free(request)
+
+    def _free(self, request: Any) -> None:
+        try:
+            request.Free()
+        except self._mpi.Exception:     # (an active one is freed once it completes)
+            pass
+
+    def _transfer(self, sendbuf: Buffer | None, dest: int, recvbuf: Buffer | None,
+                  source: int) -> None:
+        send_bytes = 0 if sendbuf is None else sendbuf.nbytes
+        recv_bytes = 0 if recvbuf is None else recvbuf.nbytes
+        if send_bytes > PIECE_BYTES or recv_bytes > PIECE_BYTES:     # in several messages
+            self.sendrecv_parts([] if sendbuf is None else [sendbuf], dest,
+                                [] if recvbuf is None else [recvbuf], source)
+            return
+        comm, byte = self.comm, self._byte
+        try:
+            requests = []
+            if recv_bytes:
+                requests.append(comm.Irecv([recvbuf, byte], source, TAG))
+            if send_bytes:
+                if send_bytes <= EAGER_BYTES:
+                    comm.Send([sendbuf, byte], dest, TAG)
+                else:
+                    requests.append(comm.Isend([sendbuf, byte], dest, TAG))
+            if requests and not self._mpi.Request.Testall(requests):
+                peers = ([source] if recv_bytes else []) + ([dest] if send_bytes > EAGER_BYTES
+                                                            else [])
+                self._wait(requests, peers)
+        except self._mpi.Exception as exc:
+            raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
+                                   f"{source if recv_bytes else dest}: {exc}") from None
+
+    def _wait(self, requests: list, peers: list[int]) -> None:
+        """Poll until done: spin (lowest latency), then yield the CPU to other ranks of an
+        oversubscribed host, then sleep; give up after the timeout. ``peers[i]`` is the
+        rank that ``requests[i]`` waits for."""
+        test_all = self._mpi.Request.Testall
+        start = time.monotonic()
+        spins = 0
+        while not test_all(requests):
+            spins += 1
+            if spins & 63:
+                continue
+            waited = time.monotonic() - start
+            if waited < SPIN_SECONDS:
+                continue
+            if waited > self.timeout:
+                stuck = sorted({peer for request, peer in zip(requests, peers, strict=True)
+                                if not request.Test()})
+                names = " and ".join(f"rank {peer}" for peer in stuck)
+                raise CollectiveTimeout(
+                    f"no progress for {self.timeout:g} s waiting for {names}; it may be "
+                    "stuck, or not calling this collective (set GCURUN_TIMEOUT_SECONDS to "
+                    "wait longer)")
+            if waited < YIELD_SECONDS:
+                os.sched_yield()
+            else:
+                time.sleep(min(0.001, waited / 20))
+
+    def close(self) -> None:
+        comm, self.comm = self.comm, None
+        if comm is not None:
+            try:
+                for requests in self._persistent.values():
+                    for request in requests:
+                        self._free(request)
+                self._persistent.clear()
+                comm.Free()
+            except self._mpi.Exception:
+                pass
+
+
+def _messages(bufs: Sequence[Buffer]) -> list[Buffer]:
+    """The non-empty pieces of ``bufs``, those over ``PIECE_BYTES`` cut into messages of
+    at most that (MPI counts are C ints)."""
+    messages: list[Buffer] = []
+    for buf in bufs:
+        nbytes = buf.nbytes
+        if nbytes <= PIECE_BYTES:
+            if nbytes:
+                messages.append(buf)
+            continue
+        view = memoryview(buf).cast("B")
+        messages.extend(view[start:start + PIECE_BYTES]
+                        for start in range(0, nbytes, PIECE_BYTES))
+    return messages
+
+
+def mpi_topology(comm: Any, facts: RankFacts | None) -> tuple[int, int, int, int]:
+    """(local_rank, local_size, cross_rank, cross_size) of this rank of ``comm``.
+
+    gcurun's launcher's own numbers win when they describe this very communicator
+    (its hosts may share one kernel in tests); otherwise ranks are grouped by the shared
+    memory they can reach.
+    """
+    from mpi4py import MPI
+
+    # The same decision on every rank: Split_type and Split are collective.
+    same_as_world = MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+    if facts is not None and same_as_world and facts.local_rank is not None \
+            and facts.local_size is not None and facts.cross_rank is not None \
+            and facts.cross_size is not None:
+        return facts.local_rank, facts.local_size, facts.cross_rank, facts.cross_size
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    local_rank, local_size = local.Get_rank(), local.Get_size()
+    local.Free()
+    cross = comm.Split(color=local_rank, key=comm.Get_rank())
+    cross_rank, cross_size = cross.Get_rank(), cross.Get_size()
+    cross.Free()
+    return local_rank, local_size, cross_rank, cross_size
