@@ -30,7 +30,8 @@ from gcurun.runtime.dtypes import UFUNCS
 from gcurun.runtime.engine._results import deliver, finish_reduction
 from gcurun.runtime.engine.executor import Executor
 from gcurun.runtime.engine.handles import Handle, HandleError
-from gcurun.runtime.engine.negotiation import Controller, Outcome, ProtocolError
+from gcurun.runtime.engine.negotiation import Controller
+from gcurun.runtime.engine.outcome import Outcome, ProtocolError
 from gcurun.runtime.engine.requests import AGREED, DONE, Agreed, Op, OpKind
 from gcurun.runtime.engine.stall import StallInspector
 from gcurun.runtime.engine.timeline import Timeline, timeline_path

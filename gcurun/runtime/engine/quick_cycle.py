@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gcurun.runtime.engine.calls import Calls
-from gcurun.runtime.engine.negotiation import QUICK_DONE, QUICK_NONE, QuickPlan
+from gcurun.runtime.engine.quick_negotiation import QUICK_DONE, QUICK_NONE, QuickPlan
 from gcurun.runtime.engine.requests import Op, OpKind
 
 
