@@ -17,7 +17,7 @@ from gcurun.runtime.api import (
     PeerFailureError,
     ReduceOp,
 )
-from gcurun.runtime.engine.background import HandleError
+from gcurun.runtime.engine.handles import HandleError
 from gcurun.runtime.frontend.async_ops import (
     allgather_async,
     allreduce_async,

@@ -12,7 +12,7 @@ import pytest
 
 from gcurun.rendezvous import wire
 from gcurun.rendezvous.server import RendezvousServer
-from gcurun.runtime.transport.tcp import CONNECT_EXTRA, PEER_LABEL
+from gcurun.runtime.transport.tcp_connections import CONNECT_EXTRA, PEER_LABEL
 from tests.helpers import ROOT, wait_for
 from tests.runtime.jobs import MPIRUN, run_job, run_local, run_tcp
 

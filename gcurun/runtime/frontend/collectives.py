@@ -11,7 +11,7 @@ import numpy as np
 
 from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.engine.background import Engine
-from gcurun.runtime.engine.negotiation import QuickPlan
+from gcurun.runtime.engine.quick_negotiation import QuickPlan
 from gcurun.runtime.engine.requests import Op, OpKind
 from gcurun.runtime.frontend.arguments import reduce_error, reduce_op
 from gcurun.runtime.frontend.build import (

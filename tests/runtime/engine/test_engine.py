@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from gcurun.runtime.api import MismatchError, PeerFailureError, ReduceOp
-from gcurun.runtime.engine.background import Engine, HandleError
+from gcurun.runtime.engine.background import Engine
 from gcurun.runtime.engine.cache import ResponseCache
+from gcurun.runtime.engine.handles import HandleError
 from gcurun.runtime.engine.requests import Agreed
 from gcurun.runtime.frontend import async_ops as ops
 from tests.runtime.engines import run_engines

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from gcurun.runtime.api import MismatchError, PeerFailureError, ReduceOp
-from gcurun.runtime.engine import background as engine_module
-from gcurun.runtime.engine.background import AUTO_NAMES, Engine, start_engine
+from gcurun.runtime.engine import cycles as engine_cycles
+from gcurun.runtime.engine.background import Engine, start_engine
+from gcurun.runtime.engine.calls import AUTO_NAMES
 from gcurun.runtime.frontend import async_ops as ops
 from gcurun.runtime.frontend.collectives import Collectives
 from gcurun.runtime.settings import RuntimeEnv
@@ -212,7 +213,7 @@ class Breaking(QueueTransport):
 def test_a_transport_failure_in_a_quick_cycle_fails_the_op_and_the_engine(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # No idle cycles: every cycle is a caller's, so the failure meets the quick cycle.
-    monkeypatch.setattr(engine_module, "IDLE_TICK", 60.0)
+    monkeypatch.setattr(engine_cycles, "IDLE_TICK", 60.0)
     queues = {(a, b): queue.Queue() for a in range(2) for b in range(2)}
     transports = [Breaking(r, 2, queues) for r in range(2)]
     settings = RuntimeEnv(timeout_seconds=10.0, cycle_time_ms=1.0)

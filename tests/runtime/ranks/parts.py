@@ -8,7 +8,7 @@ than one system call takes. The mpi transport then runs again with messages limi
 4 KiB, so that large pieces, and large single buffers sent by ``sendrecv``, go as
 several messages. Last, on tcp, each side of an exchange
 moves single buffers or pieces, through the calls that take the quick large exchange
-(``TCPTransport._swapper``) between two ranks that read each other, or through the
+(``SingleCopy.swapper``) between two ranks that read each other, or through the
 general path alone: the quick way must understand both shapes and a peer on the
 general path. Prints one line per rank, with how many exchanges took the quick way."""
 
@@ -19,12 +19,12 @@ import numpy as np
 from gcurun.runtime.bench import open_job
 from gcurun.runtime.settings import read_runtime_env
 from gcurun.runtime.transport import mpi as mpi_transport
-from gcurun.runtime.transport import tcp as tcp_transport
+from gcurun.runtime.transport._tcp_common import MAX_EXTENTS
 
 CASES = [(100, 1), (100, 4), (4096, 7), (1 << 20, 1), (1 << 20, 13), ((1 << 20) + 3, 40),
          (3 << 20, 1500)]              # (bytes, pieces)
 # More pieces than a descriptor may list: the tcp sender copies them into one buffer.
-MANY = (tcp_transport.MAX_EXTENTS + 100) * 2
+MANY = (MAX_EXTENTS + 100) * 2
 
 
 def cut(buf: np.ndarray, pieces: int, rng: np.random.Generator) -> list[np.ndarray]:

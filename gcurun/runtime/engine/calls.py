@@ -1,0 +1,169 @@
+"""The caller's side of the engine: submitting ops, handles, waiting for results
+(running the cycles on the calling thread while the engine thread is idle), stopping.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gcurun.runtime.api import CollectiveTimeout, PeerFailureError
+from gcurun.runtime.engine.cycles import Cycles
+from gcurun.runtime.engine.handles import Handle, HandleError
+from gcurun.runtime.engine.requests import DONE, PENDING, Op, OpKind
+from gcurun.runtime.engine.stall import format_ranks
+
+# How many names unnamed ops of one kind take in turn: a multiple of every period up to
+# 6, so that a loop of a few unnamed calls of different shapes finds each name cached
+# with the shape it had the last time round.
+AUTO_NAMES = 60
+
+
+class Calls(Cycles):
+    """What callers do with an engine (any thread)."""
+
+    def auto_name(self, label: str) -> str:
+        """The next name for an unnamed op of kind ``label`` (``allreduce.unnamed.3``):
+        unnamed calls must come in the same order on every rank.
+
+        The names come round every ``AUTO_NAMES`` calls, so that unnamed ops hit the
+        response cache like named ones (a loop of calls of a few signatures repeats its
+        names with the same signatures); an op whose name is still pending on this rank
+        waits for it (see :meth:`_admit`).
+        """
+        found = self._counters.get(label)
+        if found is None:
+            with self._lock:
+                found = self._counters.setdefault(label, (
+                    itertools.count(), [f"{label}.unnamed.{n}" for n in range(AUTO_NAMES)]))
+        counter, names = found
+        return names[next(counter) % AUTO_NAMES]    # next(): atomic, calls from any thread
+
+    def submit(self, ops: Sequence[Op], grouped: bool = False) -> int:
+        """Queue ``ops`` for the engine (all in one cycle); return their handle. Never
+        blocks; an engine that stopped fails the ops at once."""
+        with self._lock:
+            handle = self._next_handle
+            self._next_handle += 1
+            self._handles[handle] = Handle(list(ops), grouped)
+            self._enqueue(ops, notify=True)
+        return handle
+
+    def _enqueue(self, ops: Sequence[Op], notify: bool) -> None:
+        """Queue ``ops`` (holding ``_lock``), or fail them if the engine cannot go on."""
+        if self._failure is not None:
+            for op in ops:
+                op.finish(exception=PeerFailureError(
+                    f"{op.title}: the job failed earlier ({self._failure}); call "
+                    "shutdown() and init() to start again"))
+        else:
+            self._incoming.extend(ops)
+            if notify:
+                self._lock.notify()
+
+    def run_now(self, op: Op) -> Any:
+        """Submit ``op`` and wait for its result: the synchronous calls.
+
+        While the engine thread is idle the caller runs the cycles itself and the engine
+        thread is not woken at all (no handle, no thread switch). Otherwise this is
+        :meth:`submit` and :meth:`synchronize`.
+        """
+        if not self._cycling.acquire(blocking=False):
+            return self.synchronize(self.submit([op]))
+        try:
+            with self._lock:
+                self._enqueue((op,), notify=False)
+            deadline = self._drive(op)
+        finally:
+            self._cycling.release()
+        return self._result(op, deadline)
+
+    def _result(self, op: Op, deadline: float) -> Any:
+        """``op``'s result once done (the engine thread takes over the cycles when the
+        caller stopped running them), or its error."""
+        if op.state != DONE:
+            with self._lock:
+                self._lock.notify()
+            self._wait(op, deadline)
+        if op.exception is not None:
+            raise op.exception
+        return op.result
+
+    def poll(self, handle: int) -> bool:
+        """Whether ``handle``'s ops are done (never blocks)."""
+        with self._lock:
+            found = self._handles.get(handle)
+        if found is None:
+            raise _unknown(handle)
+        return all(op.state == DONE for op in found.ops)
+
+    def synchronize(self, handle: int) -> Any:
+        """Wait for ``handle``'s ops; return the result (a list for grouped ops) or raise
+        the first op's error. A handle can be synchronized once."""
+        with self._lock:
+            found = self._handles.pop(handle, None)
+        if found is None:
+            raise _unknown(handle)
+        if not found.grouped and len(found.ops) == 1:     # the usual handle, often done
+            op = found.ops[0]
+            if op.state != DONE:
+                self._wait(op)
+            if op.exception is not None:
+                raise op.exception
+            return op.result
+        for op in found.ops:
+            self._wait(op)
+        for op in found.ops:
+            if op.exception is not None:
+                raise op.exception
+        return [op.result for op in found.ops]
+
+    def _wait(self, op: Op, deadline: float | None = None) -> None:
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
+        if op.state != DONE and self._cycling.acquire(blocking=False):
+            try:
+                while op.state != DONE and not self._ended and \
+                        time.monotonic() < deadline:
+                    self._one_cycle()
+            finally:
+                self._cycling.release()
+        grace = True
+        while not op.wait(max(0.0, deadline - time.monotonic())):
+            if op.state != PENDING:
+                # Running: the transport's own timeout bounds it.
+                deadline = time.monotonic() + self.timeout
+                continue
+            missing = self.controller.missing.get(op.name)
+            if missing is None and grace:
+                # Rank 0 reports who is missing; give its report a moment to arrive.
+                grace = False
+                deadline = time.monotonic() + min(1.0, self.timeout / 4)
+                continue
+            who = (format_ranks(missing) + (" (not submitted there)" if missing else "")
+                   if missing else "the other ranks to submit it")
+            raise CollectiveTimeout(
+                f"{op.title}: no progress for {self.timeout:g} s waiting for {who}; they "
+                "may be stuck, or submitting other tensors (set GCURUN_TIMEOUT_SECONDS to "
+                "wait longer)")
+
+    def join_op(self) -> Op:
+        return Op(OpKind.BARRIER, "gcurun.join")
+
+    def stop(self) -> None:
+        """Shut down: the next cycle tells every rank, every engine stops after it."""
+        with self._lock:
+            self._stop_requested = True
+            self._lock.notify()
+        self._thread.join(self.timeout + 10)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+
+def _unknown(handle: Any) -> HandleError:
+    return HandleError(f"handle {handle!r} is unknown or was synchronized already; "
+                       "synchronize each handle exactly once")

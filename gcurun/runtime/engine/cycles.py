@@ -1,0 +1,298 @@
+"""The engine's state and its cycles: the engine thread's loop, pacing, admission of
+new ops, and what a cycle's outcome does (run the ready ops, fail the refused ones).
+
+A cycle runs holding ``_cycling``: on the engine thread, or on a caller's thread that
+drives the cycles itself while the engine thread is idle (see :mod:`.calls`).
+
+Pacing: while ops wait, a cycle starts every ``cycle_time_ms`` (so that ops submitted
+close together are fused); an engine with nothing to do starts its next cycle as soon as
+an op is submitted, or ``IDLE_TICK`` seconds after its last cycle ended, to keep the
+other ranks' cycles going (every cycle is a collective). Counting from the end matters
+after a long cycle (one that ran a large batch): counting from its start would make the
+next idle cycle due at once, and that cycle, begun before the next step's ops arrive,
+would hold this rank one exchange behind when they do.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from gcurun.errors import CollectiveError
+from gcurun.runtime import algorithms as alg
+from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Transport
+from gcurun.runtime.dtypes import UFUNCS
+from gcurun.runtime.engine._results import deliver, finish_reduction
+from gcurun.runtime.engine.executor import Executor
+from gcurun.runtime.engine.handles import Handle, HandleError
+from gcurun.runtime.engine.negotiation import Controller
+from gcurun.runtime.engine.outcome import Outcome, ProtocolError
+from gcurun.runtime.engine.requests import AGREED, DONE, Agreed, Op, OpKind
+from gcurun.runtime.engine.stall import StallInspector
+from gcurun.runtime.engine.timeline import Timeline, timeline_path
+from gcurun.runtime.settings import RuntimeEnv
+
+log = logging.getLogger("gcurun.runtime.engine")
+
+IDLE_TICK = 0.01
+MIB = 1 << 20
+
+
+class Cycles:
+    """An engine's state, and the cycles that move it on (the engine thread's side)."""
+
+    def __init__(self, transport: Transport, env: RuntimeEnv, *, capacity: int,
+                 threshold_bytes: int, chunk_bytes: int, idle_cycles: bool = True):
+        self.t = transport
+        self.rank, self.size = transport.rank, transport.size
+        self.timeout = env.timeout_seconds
+        self.cycle_seconds = env.cycle_time_ms / 1000
+        self.threshold_bytes = threshold_bytes
+        # Without idle cycles the engine thread runs only for submitted ops: every rank's
+        # callers must then call every op synchronously (they drive the cycles).
+        self.idle_tick = IDLE_TICK if idle_cycles else float("inf")
+        path = timeline_path(env.timeline, self.rank) if env.timeline else None
+        self.timeline = None if path is None else Timeline(
+            path, max_bytes=int(env.timeline_max_mb * MIB),
+            mark_cycles=env.timeline_mark_cycles, rank=self.rank, size=self.size)
+        # Every rank learns who is missing well before its synchronize() gives up.
+        report = min(self.timeout / 4, env.stall_check_warning_seconds or self.timeout)
+        stall = StallInspector(self.size, env.stall_check_warning_seconds,
+                               env.stall_check_shutdown_seconds, report)
+        self.controller = Controller(transport, capacity, chunk_bytes, self.timeline, stall)
+        self.executor = Executor(transport, chunk_bytes, threshold_bytes, self.timeline,
+                                 huge_pages=env.huge_pages)
+        self._lock = threading.Condition()
+        self._incoming: list[Op] = []
+        self._handles: dict[int, Handle] = {}
+        self._next_handle = 1
+        self._counters: dict[str, tuple[Iterator[int], list[str]]] = {}
+        self._pending: dict[str, Op] = {}           # the engine thread's own
+        self._parked: dict[str, list[Op]] = {}      # auto-named ops waiting for their name
+        self._joining: Op | None = None
+        self._stop_requested = False
+        self._failure: str | None = None            # set once the engine cannot go on
+        self._ended = False                         # no more cycles, ever
+        # Held while a cycle runs: by the engine thread, or by a caller waiting in
+        # synchronize() while the engine thread is idle (saving two thread switches).
+        self._cycling = threading.Lock()
+        self._last_start = 0.0
+        self._last_end = 0.0                        # when the last cycle ended
+        self.cycles = 0
+        self._thread = threading.Thread(target=self._run, name="gcurun-engine", daemon=True)
+        self._thread.start()
+
+    def _drive(self, op: Op) -> float:
+        """Run cycles on the calling thread (holding ``_cycling``) until ``op`` is done,
+        the engine ends or the timeout passes; return the deadline."""
+        deadline = time.monotonic() + self.timeout
+        while op.state != DONE and not self._ended and time.monotonic() < deadline:
+            self._one_cycle()
+        return deadline
+
+    # -- the engine thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while self._wait_for_work():
+                with self._cycling:
+                    # A caller may have run the cycles while this thread waited.
+                    if self._due() <= time.monotonic():
+                        self._one_cycle()
+        finally:
+            with self._cycling:         # (no caller runs a cycle any more)
+                self.executor.reducer.release()
+            if self.timeline is not None:
+                self.timeline.close()
+
+    def _one_cycle(self, body: Callable[[], bool] | None = None) -> None:
+        """Run a cycle (holding ``_cycling``), or the rest of one (``body``); on the way
+        out of the engine's life, mark it ended so that every thread stops running
+        cycles."""
+        if self._ended:
+            return
+        try:
+            if (self._cycle if body is None else body)():
+                self._last_end = time.monotonic()
+                return
+        except (PeerFailureError, CollectiveTimeout) as exc:
+            self._fail(exc, abort=True)
+        except BaseException as exc:  # a bug: every rank must hear of it, not hang
+            log.exception("rank %d: the gcurun engine failed", self.rank)
+            self._fail(ProtocolError(f"the engine of rank {self.rank} failed: "
+                                     f"{type(exc).__name__}: {exc}"), abort=True)
+        with self._lock:
+            self._ended = True
+            self._lock.notify_all()
+
+    def _wait_for_work(self) -> bool:
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                if self._ended:
+                    return False
+                due = self._due()
+                if now >= due:
+                    return True
+                self._lock.wait(due - now if due < float("inf") else None)
+
+    def _due(self) -> float:
+        """When the next cycle should start: now when asked to stop or when ops arrive at
+        an idle engine; a cycle time after the last one while ops wait; else after
+        ``IDLE_TICK`` from the end of the last one."""
+        if self._stop_requested or self._ended:
+            return 0.0
+        if self._pending or self._parked or self._joining is not None:
+            return self._last_start + self.cycle_seconds
+        if self._incoming:
+            return 0.0
+        return max(self._last_start, self._last_end) + self.idle_tick
+
+    def _cycle(self) -> bool:
+        self._last_start = time.monotonic()
+        self.cycles += 1
+        with self._lock:
+            incoming, self._incoming = self._incoming, []
+            stop = self._stop_requested
+        if self._parked:
+            self._unpark()
+        for op in incoming:
+            self._admit(op)
+        now_ns = time.monotonic_ns()
+        if self.timeline is not None:
+            self.timeline.cycle(now_ns)
+        to_send = self.controller.begin(self._pending, shutdown=stop,
+                                        joined=self._joining is not None)
+        self.controller.exchange()
+        return self._complete(to_send, now_ns)
+
+    def _complete(self, to_send: list[tuple[Op, bool]], now_ns: int) -> bool:
+        """The rest of a cycle once the blocks are gathered; False: the engine ends."""
+        outcome = self.controller.complete(to_send, self._pending, now_ns)
+        self._run_outcome(outcome)
+        if self.timeline is not None:
+            self.timeline.maybe_flush()
+        if outcome.stalled is not None:
+            reason = outcome.stalled
+            self._fail_all(lambda op: CollectiveTimeout(f"{op.title}: {reason}"), reason)
+            return False
+        if outcome.shutdown is not None:
+            who = outcome.shutdown
+            self._fail_all(lambda op: PeerFailureError(
+                f"{op.title}: {who} called shutdown() before every rank submitted this op"),
+                f"{who} called shutdown(), so no collective can run any more")
+            return False
+        return True
+
+    def _admit(self, op: Op) -> None:
+        if op.name == "gcurun.join" and op.kind == OpKind.BARRIER:
+            if self._joining is not None:
+                op.finish(exception=HandleError("join(): this rank has already joined"))
+            else:
+                self._joining = op
+            return
+        if op.name in self._pending:
+            if op.auto:
+                # An automatic name comes round again while its last op still waits:
+                # this one waits its turn (the same on every rank: names follow the
+                # order of calls, completions are agreed).
+                self._parked.setdefault(op.name, []).append(op)
+                return
+            op.finish(exception=HandleError(
+                f"{op.title}: an op of this name is still pending on this rank; synchronize "
+                "it before submitting the name again, or give each op its own name"))
+            return
+        self._pending[op.name] = op
+        self.controller.admit(op)
+
+    def _unpark(self) -> None:
+        """Admit each parked op whose name is free again (oldest first)."""
+        for name in [name for name in self._parked if name not in self._pending]:
+            waiting = self._parked[name]
+            self._admit(waiting.pop(0))
+            if not waiting:
+                del self._parked[name]
+
+    def _run_outcome(self, outcome: Outcome) -> None:
+        ready_ns = time.monotonic_ns()
+        items = []
+        pending, controller, timeline = self._pending, self.controller, self.timeline
+        for agreed in outcome.ready:
+            op = pending.pop(agreed.name, None)
+            if op is not None:
+                controller.forget(op)
+                op.state = AGREED
+            elif self.rank not in outcome.joined:
+                raise ProtocolError(f"{OpKind(agreed.kind).label} {agreed.name!r} is ready "
+                                    f"everywhere but rank {self.rank} never submitted it")
+            if timeline is not None:        # (negotiation spans exist only with one)
+                controller.negotiated(agreed.name, ready_ns)
+                timeline.op_start(agreed.name, OpKind(agreed.kind).name, ready_ns)
+            if agreed is outcome.inline:
+                if op is not None:
+                    self._finish(op, self._reduce_inline(agreed, op, ready_ns))
+            else:
+                items.append((agreed, op))
+        for name, error in outcome.errors:
+            op = self._pending.pop(name, None)
+            self.controller.negotiated(name, ready_ns)
+            if op is not None:
+                self.controller.forget(op)
+                self._finish(op, exception=error)
+        if items:
+            self.executor.run(items, ready_ns, self._finish)
+        if outcome.join_done is not None and self._joining is not None:
+            self._joining.finish(outcome.join_done)
+            self._joining = None
+
+    def _reduce_inline(self, agreed: Agreed, op: Op, start_ns: int) -> np.ndarray:
+        """The result of an op whose data every rank's block carried: the blocks reduced
+        in rank order (the same bits on every rank, as the executor's gather-reduce)."""
+        rop = ReduceOp(agreed.rop)
+        out = op.src if op.inplace else np.empty(agreed.elements, agreed.dtype)
+        alg.reduce_blocks(UFUNCS[rop], self.controller.inline_blocks(agreed.dtype,
+                                                                     agreed.elements), out)
+        finish_reduction(out, rop, self.size, agreed.postscale)
+        if self.timeline is not None:
+            self.timeline.activity(agreed.name, "INLINE_REDUCE", start_ns,
+                                   time.monotonic_ns())
+        return deliver(op.arr, out, op.inplace)
+
+    def _finish(self, op: Op, result: Any = None,
+                exception: BaseException | None = None) -> None:
+        op.finish(result, exception)
+        self.controller.missing.pop(op.name, None)
+        if self.timeline is not None:
+            self.timeline.op_end(op.name, time.monotonic_ns(),
+                                 None if exception is None else type(exception).__name__)
+
+    def _fail(self, exc: CollectiveError, abort: bool) -> None:
+        if abort:
+            aborter = getattr(self.t, "abort", None)
+            if aborter is not None:
+                try:
+                    aborter(f"rank {self.rank}: {exc}")
+                except Exception:  # best effort: the job is failing anyway
+                    pass
+        self._fail_all(lambda op: type(exc)(f"{op.title}: {exc}"), str(exc))
+
+    def _fail_all(self, make: Callable[[Op], BaseException], reason: str) -> None:
+        with self._lock:
+            self._failure = self._failure or reason
+            incoming, self._incoming = self._incoming, []
+        ops = list(self._pending.values()) + incoming
+        for waiting in self._parked.values():
+            ops.extend(waiting)
+        self._parked.clear()
+        if self._joining is not None:
+            ops.append(self._joining)
+        self._pending.clear()
+        self._joining = None
+        for op in ops:
+            if op.state != DONE:
+                op.finish(exception=make(op))

@@ -1,0 +1,342 @@
+"""The ``tcp`` transport's connections: joining through the rendezvous, listening
+(TCP, and an abstract Unix socket for peers of the same host), the authenticated
+handshake of every link (the lower rank of a pair connects, on first use), failures
+and shutdown. :class:`gcurun.runtime.transport.tcp.TCPTransport` moves data over them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gcurun.rendezvous import wire
+from gcurun.rendezvous.client import RendezvousClient
+from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
+from gcurun.runtime.transport import shm
+from gcurun.runtime.transport.cma import CrossMemory
+from gcurun.runtime.transport.links import Link, Mover
+from gcurun.runtime.transport.single_copy import SingleCopy
+
+log = logging.getLogger("gcurun.runtime.tcp")
+
+PEER_LABEL = b"gcurun-peer"
+CONNECT_EXTRA = struct.Struct("<IIB")      # connector's rank, generation, features
+ACCEPT_EXTRA = struct.Struct("<IB")        # acceptor's rank, features
+CAN_READ_YOU = 1                           # feature: single-copy reads of the other side
+CAN_SHARE_RINGS = 2                        # feature: shared-memory rings
+SOCKET_BUFFER_BYTES = 4 << 20
+HANDSHAKE_SECONDS = 10.0
+ABORT_GRACE_SECONDS = 1.0
+
+
+class Connections:
+    """The links between the ranks of one generation of a ``tcp`` job."""
+
+    def __init__(self, *, rank: int, size: int, generation: int, hostname: str,
+                 rendezvous: tuple[str, int], secret: bytes, timeout: float, cma: bool,
+                 rings: bool = True):
+        self.rank, self.size = rank, size
+        self.generation = generation
+        self.hostname = hostname
+        self.timeout = timeout
+        self._secret = secret
+        self._cma = CrossMemory(enabled=cma)
+        self._client = RendezvousClient(rendezvous, secret, timeout, self._aborted_by)
+        self._rings = rings and shm.available()
+        self._links: dict[int, Link] = {}
+        # Per same-host peer that reads us and that we read: a large exchange, fast.
+        self._swaps: dict[int, Callable[[list[Buffer], list[Buffer], int], bool]] = {}
+        self._ready = threading.Condition()
+        self._peers: list[dict] | None = None
+        self._abort: str | None = None
+        self._aborted = threading.Event()
+        self._closing = False
+        self._listeners: list[socket.socket] = []
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._acceptor: threading.Thread | None = None
+        self._mover = Mover(timeout, lambda: self._abort, self._failure)
+        self._single = SingleCopy(self._cma, self._mover, self._failure)
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def start(self) -> list[dict]:
+        """Join the job: rendezvous, listen, learn every rank's addresses."""
+        local_ip = self._client.connect()
+        info: dict[str, Any] = {"rank": self.rank, "host": self.hostname, "pid": os.getpid(),
+                                "cma": self._cma.advertisement()}
+        tcp = self._listen_tcp(local_ip)
+        info["tcp"] = [local_ip, tcp.getsockname()[1]]
+        unix_name = self._listen_unix()
+        if unix_name is not None:
+            info["unix"] = unix_name.hex()
+        self._acceptor = threading.Thread(target=self._accept_loop, name="gcurun-accept",
+                                          daemon=True)
+        self._acceptor.start()
+        peers = self._client.register(self.generation, self.rank, self.size, info)
+        with self._ready:
+            self._peers = peers
+            self._ready.notify_all()
+        return peers
+
+    def _listen_tcp(self, ip: str) -> socket.socket:
+        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.bind((ip, 0))
+        sock.listen(128)
+        self._listeners.append(sock)
+        return sock
+
+    def _listen_unix(self) -> bytes | None:
+        if not hasattr(socket, "AF_UNIX"):
+            return None
+        name = b"\0gcurun-" + secrets.token_hex(12).encode()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(name)
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            return None
+        self._listeners.append(sock)
+        return name
+
+    def _accept_loop(self) -> None:
+        while not self._closing:
+            try:
+                ready, _, _ = select.select([*self._listeners, self._wake_r], [], [])
+            except (OSError, ValueError):
+                return
+            for listener in ready:
+                if listener is self._wake_r:
+                    return
+                try:
+                    sock, addr = listener.accept()
+                except OSError:
+                    continue
+                where = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and addr else "unix"
+                threading.Thread(target=self._admit, args=(sock, where), daemon=True,
+                                 name="gcurun-admit").start()
+
+    def _features(self, info: dict, sock: socket.socket) -> int:
+        """What this rank can do with the peer described by ``info`` over ``sock``."""
+        if info.get("host") != self.hostname:
+            return 0
+        features = CAN_READ_YOU if self._cma.can_read(info.get("cma", {})) else 0
+        if self._rings and sock.family == socket.AF_UNIX:
+            features |= CAN_SHARE_RINGS
+        return features
+
+    def _admit(self, sock: socket.socket, where: str) -> None:
+        """Authenticate a connecting peer; refuse and log anything else."""
+        deadline = time.monotonic() + min(HANDSHAKE_SECONDS, self.timeout)
+        try:
+            server_nonce = wire.server_challenge(sock, wire.PEER_MAGIC, deadline)
+            answer = wire.recv_exact(sock, wire.NONCE_BYTES + CONNECT_EXTRA.size
+                                     + wire.MAC_BYTES, deadline)
+            checked = wire.check_answer(self._secret, PEER_LABEL, server_nonce, answer,
+                                        CONNECT_EXTRA.size)
+            if checked is None:
+                raise wire.WireError("failed authentication (wrong secret, or not a gcurun "
+                                     "rank)")
+            client_nonce, extra = checked
+            peer, generation, theirs = CONNECT_EXTRA.unpack(extra)
+            if generation != self.generation or not 0 <= peer < self.rank:
+                raise wire.WireError(f"claims to be rank {peer} of generation {generation}, "
+                                     f"not a lower rank of generation {self.generation}")
+            info = self._peer_info(peer, deadline)
+            mine = self._features(info, sock)
+            wire.send_all(sock, wire.server_proof(self._secret, PEER_LABEL, server_nonce,
+                                                  client_nonce,
+                                                  ACCEPT_EXTRA.pack(self.rank, mine)), deadline)
+            channel = None
+            if mine & theirs & CAN_SHARE_RINGS:
+                channel = _receive_channel(sock, deadline)
+        except (wire.WireError, OSError, struct.error) as exc:
+            if not self._closing:
+                log.warning("rank %d: refused a connection from %s: %s", self.rank, where, exc)
+            sock.close()
+            return
+        self._adopt(Link(sock, peer, int(info.get("pid", 0)), bool(mine & CAN_READ_YOU),
+                         bool(theirs & CAN_READ_YOU), channel))
+
+    def _adopt(self, link: Link) -> None:
+        _tune(link.sock)
+        with self._ready:
+            if link.peer in self._links or self._closing:
+                link.close()
+                return
+            if link.channel is not None and link.pull and link.pushed:
+                self._swaps[link.peer] = self._single.swapper(link, self._is_closing)
+            self._links[link.peer] = link
+            self._ready.notify_all()
+
+    def _peer_info(self, peer: int, deadline: float) -> dict:
+        with self._ready:
+            while self._peers is None:
+                if self._abort or not self._ready.wait(max(0.0, deadline - time.monotonic())):
+                    raise wire.WireError("arrived before this rank knew its peers")
+            return self._peers[peer]
+
+    def _connect(self, peer: int) -> Link:
+        deadline = time.monotonic() + self.timeout
+        info = self._peer_info(peer, deadline)
+        sock = _dial_unix(info.get("unix")) if info.get("host") == self.hostname else None
+        try:
+            if sock is None:
+                host, port = info["tcp"]
+                sock = socket.create_connection((host, port), timeout=self.timeout)
+            mine = self._features(info, sock)
+            server_nonce, client_nonce = wire.client_handshake(
+                sock, self._secret, wire.PEER_MAGIC, PEER_LABEL, deadline,
+                CONNECT_EXTRA.pack(self.rank, self.generation, mine))
+            proof = wire.recv_exact(sock, ACCEPT_EXTRA.size + wire.MAC_BYTES, deadline)
+            extra = wire.check_proof(self._secret, PEER_LABEL, server_nonce, client_nonce,
+                                     proof, ACCEPT_EXTRA.size)
+            if extra is None or ACCEPT_EXTRA.unpack(extra)[0] != peer:
+                raise wire.WireError("its listener did not prove it belongs to this job")
+            theirs = ACCEPT_EXTRA.unpack(extra)[1]
+            channel = None
+            if mine & theirs & CAN_SHARE_RINGS:
+                channel = _send_channel(sock)
+        except (wire.WireError, OSError) as exc:
+            if sock is not None:
+                sock.close()
+            raise self._failure(peer, f"cannot connect to it ({exc})") from None
+        self._adopt(Link(sock, peer, int(info.get("pid", 0)), bool(mine & CAN_READ_YOU),
+                         bool(theirs & CAN_READ_YOU), channel))
+        return self._links[peer]
+
+    def _link(self, peer: int) -> Link:
+        link = self._links.get(peer)
+        if link is not None:
+            return link
+        if self._abort is not None:
+            raise PeerFailureError(self._abort)
+        if self.rank < peer:
+            return self._connect(peer)
+        deadline = time.monotonic() + self.timeout
+        with self._ready:
+            while peer not in self._links:
+                if self._abort is not None:
+                    raise PeerFailureError(self._abort)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CollectiveTimeout(f"rank {peer} did not connect within "
+                                            f"{self.timeout:g} s")
+                self._ready.wait(left)
+            return self._links[peer]
+
+    def _failure(self, peer: int, what: str) -> PeerFailureError:
+        """The error for a broken link to ``peer``. A peer's connection usually breaks
+        because the job is failing elsewhere: wait a moment for the rendezvous's abort,
+        which names the root cause, before blaming ``peer``."""
+        self._aborted.wait(ABORT_GRACE_SECONDS)
+        if self._abort is not None:
+            return PeerFailureError(self._abort)
+        host = "?"
+        if self._peers is not None:
+            host = self._peers[peer].get("host", "?")
+        return PeerFailureError(f"rank {peer} (host {host}): {what}")
+
+    # -- failure and shutdown --------------------------------------------------------------
+
+    def _aborted_by(self, reason: str) -> None:
+        """The rendezvous says the job is over: wake every blocked call."""
+        self._abort = self._abort or reason
+        self._aborted.set()
+        with self._ready:
+            self._ready.notify_all()
+            links = list(self._links.values())
+        for link in links:
+            try:
+                link.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def abort(self, reason: str) -> None:
+        """Tell every rank of the job that this one failed."""
+        self._client.abort(reason)
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._client.close()
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        if self._acceptor is not None:
+            self._acceptor.join(timeout=2)
+        with self._ready:
+            links, self._links = list(self._links.values()), {}
+            self._swaps.clear()
+            self._ready.notify_all()
+        for link in links:
+            link.close()
+        for listener in self._listeners:
+            listener.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _is_closing(self) -> bool:
+        return self._closing
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setblocking(False)
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+        except OSError:
+            pass
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _dial_unix(name_hex: str | None) -> socket.socket | None:
+    """A connection to a same-host peer's abstract Unix socket, or None (another network
+    namespace, no Unix sockets): the caller falls back to TCP."""
+    if not name_hex or not hasattr(socket, "AF_UNIX"):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(bytes.fromhex(name_hex))
+    except (OSError, ValueError):
+        sock.close()
+        return None
+    return sock
+
+
+def _send_channel(sock: socket.socket) -> shm.Channel:
+    """Create the rings of a new same-host link and hand their memory to the peer."""
+    channel, fd = shm.Channel.create()
+    try:
+        socket.send_fds(sock, [b"M"], [fd])
+    except OSError:
+        channel.close()
+        raise
+    finally:
+        os.close(fd)
+    return channel
+
+
+def _receive_channel(sock: socket.socket, deadline: float) -> shm.Channel:
+    sock.settimeout(max(0.01, deadline - time.monotonic()))
+    try:
+        message, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    except TimeoutError:
+        raise wire.WireError("timed out waiting for the shared memory") from None
+    if message != b"M" or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        raise wire.WireError("sent no shared memory where it promised some")
+    return shm.Channel(fds[0], creator=False)
