@@ -91,14 +91,32 @@ def check_reduce(op: ReduceOp, dtype: np.dtype, scaled: bool) -> None:
 
 
 def scale(arr: np.ndarray, factor: float) -> None:
-    """Multiply ``arr`` in place; integer dtypes compute in float64 and truncate."""
+    """Multiply ``arr`` in place by ``factor`` (see :func:`scale_into`)."""
     if factor != 1.0:
-        np.multiply(arr, factor, out=arr, casting="unsafe")
+        scale_into(arr, factor, arr)
+
+
+_HALF_MATH = np.dtype(np.float32)
+
+
+def scale_into(src: np.ndarray, factor: float, out: np.ndarray) -> None:
+    """``out = src * factor``, as Horovod scales on a CPU: float16 computes in float32
+    (numpy alone would round the factor to half precision first), integer dtypes in
+    float64, truncating toward zero; other dtypes in their own precision."""
+    if src.dtype.kind == "f" and src.dtype.itemsize == 2:
+        np.multiply(src, np.float32(factor), out=out, dtype=_HALF_MATH, casting="unsafe")
+    else:
+        np.multiply(src, factor, out=out, casting="unsafe")
 
 
 def average(arr: np.ndarray, size: int, postscale: float) -> None:
-    """Turn a sum into an average in place (integer dtypes: floor division)."""
+    """Turn a sum into an average in place. Integer dtypes divide exactly, rounding
+    toward zero as Horovod does (-3 / 2 is -1), then apply ``postscale``."""
     if arr.dtype.kind in "iu":
+        if arr.dtype.kind == "i":
+            # The remainder taken away first, the division is exact, so floor division
+            # gives the quotient rounded toward zero.
+            np.subtract(arr, np.fmod(arr, size), out=arr)
         np.floor_divide(arr, size, out=arr)
         scale(arr, postscale)
     else:
