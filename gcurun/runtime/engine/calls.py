@@ -14,6 +14,7 @@ from gcurun.runtime.engine.cycles import Cycles
 from gcurun.runtime.engine.handles import Handle, HandleError
 from gcurun.runtime.engine.requests import DONE, PENDING, Op, OpKind
 from gcurun.runtime.engine.stall import format_ranks
+from gcurun.runtime.engine.timeline import timeline_path
 
 # How many names unnamed ops of one kind take in turn: a multiple of every period up to
 # 6, so that a loop of a few unnamed calls of different shapes finds each name cached
@@ -148,6 +149,32 @@ class Calls(Cycles):
                 f"{op.title}: no progress for {self.timeout:g} s waiting for {who}; they "
                 "may be stuck, or submitting other tensors (set GCURUN_TIMEOUT_SECONDS to "
                 "wait longer)")
+
+    def set_timeline(self, template: str | None, mark_cycles: bool = False) -> None:
+        """Write the timeline to ``template`` from the next cycle on (rank 0 alone unless
+        it contains ``{rank}``), or stop writing it (None): Horovod's start_timeline and
+        stop_timeline. The file being written is closed, complete, unless it is the one
+        asked for again, which goes on (with ``mark_cycles`` as given now).
+
+        Raises UsageError for a path that cannot be written, CollectiveTimeout when the
+        cycle in progress does not end within the timeout.
+        """
+        if not self._cycling.acquire(timeout=self.timeout):
+            raise CollectiveTimeout(f"set_timeline({template!r}): the engine stayed busy in "
+                                    f"one cycle for {self.timeout:g} s")
+        try:
+            old = self.timeline
+            path = timeline_path(template, self.rank) if template else None
+            if old is not None and path == old.path:
+                old.mark_cycles = mark_cycles
+                return
+            new = None if self._ended else self._open_timeline(template, mark_cycles)
+            self.timeline = self.controller.timeline = self.executor.timeline = new
+            self.controller.restart_marks()
+        finally:
+            self._cycling.release()
+        if old is not None:
+            old.close()
 
     def join_op(self) -> Op:
         return Op(OpKind.BARRIER, "gcurun.join")

@@ -56,10 +56,8 @@ class Cycles:
         # Without idle cycles the engine thread runs only for submitted ops: every rank's
         # callers must then call every op synchronously (they drive the cycles).
         self.idle_tick = IDLE_TICK if idle_cycles else float("inf")
-        path = timeline_path(env.timeline, self.rank) if env.timeline else None
-        self.timeline = None if path is None else Timeline(
-            path, max_bytes=int(env.timeline_max_mb * MIB),
-            mark_cycles=env.timeline_mark_cycles, rank=self.rank, size=self.size)
+        self._timeline_max_bytes = int(env.timeline_max_mb * MIB)
+        self.timeline = self._open_timeline(env.timeline, env.timeline_mark_cycles)
         # Every rank learns who is missing well before its synchronize() gives up.
         report = min(self.timeout / 4, env.stall_check_warning_seconds or self.timeout)
         stall = StallInspector(self.size, env.stall_check_warning_seconds,
@@ -86,6 +84,13 @@ class Cycles:
         self.cycles = 0
         self._thread = threading.Thread(target=self._run, name="gcurun-engine", daemon=True)
         self._thread.start()
+
+    def _open_timeline(self, template: str | None, mark_cycles: bool) -> Timeline | None:
+        """This rank's timeline for ``template`` (None where this rank writes none)."""
+        path = timeline_path(template, self.rank) if template else None
+        return None if path is None else Timeline(
+            path, max_bytes=self._timeline_max_bytes, mark_cycles=mark_cycles,
+            rank=self.rank, size=self.size)
 
     def _drive(self, op: Op) -> float:
         """Run cycles on the calling thread (holding ``_cycling``) until ``op`` is done,
