@@ -44,13 +44,29 @@ class Calls(Cycles):
 
     def submit(self, ops: Sequence[Op], grouped: bool = False) -> int:
         """Queue ``ops`` for the engine (all in one cycle); return their handle. Never
-        blocks; an engine that stopped fails the ops at once."""
+        blocks; an engine that stopped fails the ops at once.
+
+        Raises HandleError (a ValueError) at once for a name that an op of this rank
+        still waits under, as Horovod does: the call is refused on this rank alone, and
+        the op already pending goes on."""
         with self._lock:
+            self._refuse_pending_names(ops)
             handle = self._next_handle
             self._next_handle += 1
             self._handles[handle] = Handle(list(ops), grouped)
             self._enqueue(ops, notify=True)
         return handle
+
+    def _refuse_pending_names(self, ops: Sequence[Op]) -> None:
+        """Raise HandleError for an op named by its caller whose name is incoming or
+        pending on this rank (holding ``_lock``, under which the engine moves ops from
+        incoming to pending). A name whose op is running already is free again."""
+        for op in ops:
+            if not op.auto and (op.name in self._incoming_names or op.name in self._pending):
+                raise HandleError(
+                    f"{op.title}: an op of this name is still pending on this rank; "
+                    "synchronize it before submitting the name again, or give each op "
+                    "its own name")
 
     def _enqueue(self, ops: Sequence[Op], notify: bool) -> None:
         """Queue ``ops`` (holding ``_lock``), or fail them if the engine cannot go on."""
@@ -61,6 +77,7 @@ class Calls(Cycles):
                     "shutdown() and init() to start again"))
         else:
             self._incoming.extend(ops)
+            self._incoming_names.update(op.name for op in ops if not op.auto)
             if notify:
                 self._lock.notify()
 
@@ -75,6 +92,7 @@ class Calls(Cycles):
             return self.synchronize(self.submit([op]))
         try:
             with self._lock:
+                self._refuse_pending_names((op,))
                 self._enqueue((op,), notify=False)
             deadline = self._drive(op)
         finally:

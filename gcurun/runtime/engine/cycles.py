@@ -67,6 +67,7 @@ class Cycles:
                                  huge_pages=env.huge_pages)
         self._lock = threading.Condition()
         self._incoming: list[Op] = []
+        self._incoming_names: set[str] = set()     # the names callers gave them
         self._handles: dict[int, Handle] = {}
         self._next_handle = 1
         self._counters: dict[str, tuple[Iterator[int], list[str]]] = {}
@@ -163,11 +164,14 @@ class Cycles:
         self.cycles += 1
         with self._lock:
             incoming, self._incoming = self._incoming, []
+            self._incoming_names.clear()
             stop = self._stop_requested
-        if self._parked:
-            self._unpark()
-        for op in incoming:
-            self._admit(op)
+            if self._parked:
+                self._unpark()
+            # Under the lock, so that a caller checking for a pending name finds each op
+            # either incoming or pending (see Calls.submit).
+            for op in incoming:
+                self._admit(op)
         now_ns = time.monotonic_ns()
         if self.timeline is not None:
             self.timeline.cycle(now_ns)
@@ -290,6 +294,7 @@ class Cycles:
         with self._lock:
             self._failure = self._failure or reason
             incoming, self._incoming = self._incoming, []
+            self._incoming_names.clear()
         ops = list(self._pending.values()) + incoming
         for waiting in self._parked.values():
             ops.extend(waiting)
