@@ -93,6 +93,16 @@ class _Entry:
         self.keep = keep
 
 
+class CallableHandle(int):
+    """A handle that is also a function: ``handle()`` is ``synchronize(handle)``. Horovod's
+    ``sparse_allreduce_async`` returns a function to call; this works both ways."""
+
+    __slots__ = ()
+
+    def __call__(self) -> Any:
+        return synchronize(self)
+
+
 _entries: dict[int, _Entry] = {}
 _counter = itertools.count(1)
 _lock = threading.Lock()
