@@ -224,9 +224,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Any = None) -> Any:
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() after optimizer.synchronize() without "
-                              "optimizer.skip_synchronize(): the gradients are reduced "
-                              "again, which costs time; wrap step() in "
+                # Horovod's words, which scripts and tests look for.
+                warnings.warn("optimizer.step() called without "
+                              "optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown "
+                              "(the gradients are reduced again); wrap step() in "
                               "`with optimizer.skip_synchronize():`", stacklevel=2)
             self.synchronize()
         self._synchronized = False
