@@ -46,27 +46,37 @@ class Calls(Cycles):
         """Queue ``ops`` for the engine (all in one cycle); return their handle. Never
         blocks; an engine that stopped fails the ops at once.
 
-        Raises HandleError (a ValueError) at once for a name that an op of this rank
-        still waits under, as Horovod does: the call is refused on this rank alone, and
-        the op already pending goes on."""
+        Raises HandleError (a ValueError) at once for a name given to an earlier op of
+        this rank whose handle is not synchronized yet (see
+        :meth:`_refuse_pending_names`): the call is refused on this rank alone, and the
+        earlier op goes on."""
         with self._lock:
             self._refuse_pending_names(ops)
             handle = self._next_handle
             self._next_handle += 1
             self._handles[handle] = Handle(list(ops), grouped)
+            for op in ops:
+                if not op.auto:
+                    self._outstanding[op.name] = handle
             self._enqueue(ops, notify=True)
         return handle
 
     def _refuse_pending_names(self, ops: Sequence[Op]) -> None:
-        """Raise HandleError for an op named by its caller whose name is incoming or
-        pending on this rank (holding ``_lock``, under which the engine moves ops from
-        incoming to pending). A name whose op is running already is free again."""
+        """Raise HandleError for an op named by its caller when an earlier op of this
+        rank under that name is not done with: its handle is not synchronized yet, or
+        (a synchronous call of another thread) it is incoming or pending. Holding
+        ``_lock``, under which the engine moves ops from incoming to pending.
+
+        Horovod refuses a name while its op is in progress, so whether a second call
+        is refused there depends on how fast the first one completes; tying the name
+        to the handle gives a script the same answer on every run."""
         for op in ops:
-            if not op.auto and (op.name in self._incoming_names or op.name in self._pending):
+            if not op.auto and (op.name in self._outstanding or op.name in self._pending
+                                or op.name in self._incoming_names):
                 raise HandleError(
-                    f"{op.title}: an op of this name is still pending on this rank; "
-                    "synchronize it before submitting the name again, or give each op "
-                    "its own name")
+                    f"{op.title}: an earlier op of this name is still pending on this "
+                    "rank (its handle is not synchronized yet); synchronize it before "
+                    "submitting the name again, or give each op its own name")
 
     def _enqueue(self, ops: Sequence[Op], notify: bool) -> None:
         """Queue ``ops`` (holding ``_lock``), or fail them if the engine cannot go on."""
@@ -123,6 +133,10 @@ class Calls(Cycles):
         the first op's error. A handle can be synchronized once."""
         with self._lock:
             found = self._handles.pop(handle, None)
+            if found is not None:
+                for op in found.ops:
+                    if not op.auto and self._outstanding.get(op.name) == handle:
+                        del self._outstanding[op.name]
         if found is None:
             raise _unknown(handle)
         if not found.grouped and len(found.ops) == 1:     # the usual handle, often done

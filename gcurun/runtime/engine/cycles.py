@@ -68,6 +68,8 @@ class Cycles:
         self._lock = threading.Condition()
         self._incoming: list[Op] = []
         self._incoming_names: set[str] = set()     # the names callers gave them
+        # Names callers gave ops whose handle is not synchronized yet: name -> handle.
+        self._outstanding: dict[str, int] = {}
         self._handles: dict[int, Handle] = {}
         self._next_handle = 1
         self._counters: dict[str, tuple[Iterator[int], list[str]]] = {}

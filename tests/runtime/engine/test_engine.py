@@ -97,6 +97,20 @@ def test_handles_are_synchronized_once_and_names_pending_once() -> None:
     run_engines(2, body)
 
 
+def test_a_name_stays_taken_until_its_handle_is_synchronized() -> None:
+    # Done or not, the first op's handle decides: the answer does not depend on timing.
+    def body(engine: Engine) -> None:
+        first = allreduce(engine, np.ones(2), "taken")
+        while not engine.poll(first):
+            engine.synchronize(allreduce(engine, np.ones(1), None))   # cycles go on
+        with pytest.raises(HandleError, match="its handle is not synchronized yet"):
+            allreduce(engine, np.ones(2), "taken")
+        engine.synchronize(first)
+        assert engine.synchronize(allreduce(engine, np.ones(2), "taken")).tolist() == [2, 2]
+
+    run_engines(2, body)
+
+
 def test_pending_ops_fail_when_a_rank_shuts_down() -> None:
     def body(engine: Engine) -> str | None:
         if engine.rank == 0:
