@@ -111,7 +111,13 @@ def scale_into(src: np.ndarray, factor: float, out: np.ndarray) -> None:
 
 def average(arr: np.ndarray, size: int, postscale: float) -> None:
     """Turn a sum into an average in place. Integer dtypes divide exactly, rounding
-    toward zero as Horovod does (-3 / 2 is -1), then apply ``postscale``."""
+    toward zero as Horovod does (-3 / 2 is -1), then apply ``postscale``. Floating
+    dtypes get the correctly rounded quotient, ``sum / size``: what a reference computed
+    with a division (a test, ``torch.mean``) gets. Multiplying by ``1 / size`` gives the
+    same bits when ``size`` is a power of two, and costs a third of a division, so that
+    is what runs then; for other sizes ``x * (1 / 3)`` is one unit in the last place off
+    ``x / 3`` for some ``x``. With a ``postscale`` the factor is ``postscale / size``, one
+    rounding, as in Horovod."""
     if arr.dtype.kind in "iu":
         if arr.dtype.kind == "i":
             # The remainder taken away first, the division is exact, so floor division
@@ -119,5 +125,7 @@ def average(arr: np.ndarray, size: int, postscale: float) -> None:
             np.subtract(arr, np.fmod(arr, size), out=arr)
         np.floor_divide(arr, size, out=arr)
         scale(arr, postscale)
-    else:
+    elif postscale != 1.0 or size & (size - 1) == 0:
         scale(arr, postscale / size)
+    else:
+        np.divide(arr, size, out=arr, casting="unsafe")

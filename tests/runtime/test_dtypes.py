@@ -46,3 +46,20 @@ def test_unsigned_and_float_averages() -> None:
     f = np.array([3.0, -1.0])
     average(f, 2, 4.0)
     assert f.tolist() == [6.0, -2.0]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("size", [2, 3, 4, 6, 7])
+def test_float_averages_are_the_rounded_quotient(dtype: type, size: int) -> None:
+    # What a reference computed as sum / size gets (Horovod's tests compare so).
+    sums = np.random.default_rng(size).integers(-300, 300, 4096).astype(dtype)
+    got = sums.copy()
+    average(got, size, 1.0)
+    assert np.array_equal(got, sums / dtype(size))
+
+
+def test_an_average_with_a_postscale_takes_one_factor() -> None:
+    # Horovod folds the average into the postscale factor: one rounding.
+    x = np.array([142.0, -94.0], np.float32)
+    average(x, 3, 0.5)
+    assert np.array_equal(x, np.array([142.0, -94.0], np.float32) * np.float32(0.5 / 3))
