@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -16,31 +15,15 @@ from gcurun.runtime.engine.requests import DONE, PENDING, Op, OpKind
 from gcurun.runtime.engine.stall import format_ranks
 from gcurun.runtime.engine.timeline import timeline_path
 
-# How many names unnamed ops of one kind take in turn: a multiple of every period up to
-# 6, so that a loop of a few unnamed calls of different shapes finds each name cached
-# with the shape it had the last time round.
-AUTO_NAMES = 60
-
 
 class Calls(Cycles):
     """What callers do with an engine (any thread)."""
 
     def auto_name(self, label: str) -> str:
         """The next name for an unnamed op of kind ``label`` (``allreduce.unnamed.3``):
-        unnamed calls must come in the same order on every rank.
-
-        The names come round every ``AUTO_NAMES`` calls, so that unnamed ops hit the
-        response cache like named ones (a loop of calls of a few signatures repeats its
-        names with the same signatures); an op whose name is still pending on this rank
-        waits for it (see :meth:`_admit`).
-        """
-        found = self._counters.get(label)
-        if found is None:
-            with self._lock:
-                found = self._counters.setdefault(label, (
-                    itertools.count(), [f"{label}.unnamed.{n}" for n in range(AUTO_NAMES)]))
-        counter, names = found
-        return names[next(counter) % AUTO_NAMES]    # next(): atomic, calls from any thread
+        unnamed calls must come in the same order on every rank (see
+        :mod:`.auto_names`)."""
+        return self.auto_names.next(label)
 
     def submit(self, ops: Sequence[Op], grouped: bool = False) -> int:
         """Queue ``ops`` for the engine (all in one cycle); return their handle. Never

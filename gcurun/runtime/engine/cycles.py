@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Transport
 from gcurun.runtime.dtypes import UFUNCS
 from gcurun.runtime.engine._results import deliver, finish_reduction
+from gcurun.runtime.engine.auto_names import AutoNames
 from gcurun.runtime.engine.executor import Executor
 from gcurun.runtime.engine.handles import Handle, HandleError
 from gcurun.runtime.engine.negotiation import Controller
@@ -72,7 +73,7 @@ class Cycles:
         self._outstanding: dict[str, int] = {}
         self._handles: dict[int, Handle] = {}
         self._next_handle = 1
-        self._counters: dict[str, tuple[Iterator[int], list[str]]] = {}
+        self.auto_names = AutoNames()
         self._pending: dict[str, Op] = {}           # the engine thread's own
         self._parked: dict[str, list[Op]] = {}      # auto-named ops waiting for their name
         self._joining: Op | None = None
@@ -241,6 +242,8 @@ class Cycles:
             elif self.rank not in outcome.joined:
                 raise ProtocolError(f"{OpKind(agreed.kind).label} {agreed.name!r} is ready "
                                     f"everywhere but rank {self.rank} never submitted it")
+            else:
+                self.auto_names.follow(agreed.name)
             if timeline is not None:        # (negotiation spans exist only with one)
                 controller.negotiated(agreed.name, ready_ns)
                 timeline.op_start(agreed.name, OpKind(agreed.kind).name, ready_ns)
@@ -255,6 +258,8 @@ class Cycles:
             if op is not None:
                 self.controller.forget(op)
                 self._finish(op, exception=error)
+            elif self.rank in outcome.joined:
+                self.auto_names.follow(name)
         if items:
             self.executor.run(items, ready_ns, self._finish)
         if outcome.join_done is not None and self._joining is not None:
