@@ -2,8 +2,9 @@
 
 Allreduces of one dtype, reduce op and scaling are fused (:mod:`gcurun.runtime.engine.fusion`);
 every other op runs alone with the runtime's algorithms. A rank that has called
-``join()`` takes part in ops it never submitted, with neutral data: the identity of the
-reduction, no rows to gather, nothing to send.
+``join()`` takes part in the reductions it never submitted, with neutral data: the
+identity of the reduction (gathers and broadcasts fail while a rank has joined, see
+:func:`gcurun.runtime.engine.requests.agree`).
 """
 
 from __future__ import annotations
