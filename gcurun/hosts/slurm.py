@@ -19,15 +19,19 @@ What Slurm 22.05 does, measured (docs/slurm.md has the rest):
   ``SLURM_NTASKS`` is the allocation's. A step is recognised by ``SLURM_STEP_ID``.
 * ``salloc -N 2`` without ``-n`` sets no ``SLURM_NTASKS``; the task count is then the
   sum of the tasks per host.
+* Plain ``srun`` (no ``--mpi=pmix``) gives Open MPI no way to join its tasks: each is an
+  MPI world of one rank. :func:`check_mpi_world` tells a rank so, for the runtime's MPI
+  initialisation to stop on.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gcurun.errors import HostSpecError
+from gcurun.errors import HostSpecError, UsageError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.hostlist import expand_hostlist
 
@@ -35,6 +39,8 @@ _COUNT = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?")
 _DIGITS = re.compile(r"[0-9]+")
 _FIX = ("Slurm sets this variable; run inside salloc or sbatch, or unset the SLURM_* "
         "variables that did not come from Slurm")
+SLURM_SOURCE = "slurm"
+"""The source settings taken from a Slurm allocation have (``Settings.sources``)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,8 @@ class SlurmAllocation:
             raise HostSpecError(
                 "inside a Slurm step (SLURM_STEP_ID is set) the allocation's tasks per host "
                 "are not known: srun set SLURM_TASKS_PER_NODE to the step's; run gcurun "
-                "in the allocation itself (salloc or the sbatch script), not under srun")
+                "in the allocation itself (salloc or the sbatch script), not under srun, "
+                "or name the hosts with -H")
         return tuple(HostSpec(name=host, slots=count)
                      for host, count in zip(self.hosts, self.tasks_per_node, strict=True)
                      if count > 0)
@@ -214,3 +221,70 @@ def _number(env: Mapping[str, str], name: str) -> int:
     if not _DIGITS.fullmatch(text):
         raise HostSpecError(f"{name}='{env[name]}' is not a whole number 0 or more; {_FIX}")
     return int(text)
+
+
+# Variables that tell a rank how many ranks its launcher started: (variable, who set it,
+# how to fix a world of one rank). mpirun's come first: ranks that mpirun started under
+# Slurm also see the step of mpirun's daemons.
+_MPIRUN_SIZES = (
+    ("OMPI_COMM_WORLD_SIZE", "mpirun",
+     "mpi4py's MPI library is not the one of the mpirun that started the ranks; start "
+     "them with the mpirun of mpi4py's MPI (python -c 'import mpi4py; "
+     "print(mpi4py.get_config())' names it)"),
+    ("PMI_SIZE", "mpirun",
+     "mpi4py's MPI library is not the one of the mpirun that started the ranks; start "
+     "them with the mpirun of mpi4py's MPI"),
+)
+_GCURUN_SIZE = (
+    ("GCURUN_SIZE", "gcurun",
+     "the mpi backend needs ranks that mpirun started: use gcurun --mpi, or leave "
+     "GCURUN_BACKEND unset so gcurun's own launcher gives the ranks its tcp backend"),
+)
+_SRUN_FIX = ("start the tasks with srun --mpi=pmix (srun --mpi=list shows what this "
+             "cluster offers; Slurm's PMIx plugin needs libpmix installed before slurmd "
+             "starts), or start the job with gcurun --slurm inside the allocation")
+
+
+def launched_size(env: Mapping[str, str]) -> tuple[int, str, str] | None:
+    """How many ranks a launcher says it started, who says so and how to fix a world of
+    one rank: mpirun's variables first, then a task of an srun step (SLURM_STEP_ID set:
+    SLURM_PROCID alone is set in an sbatch script too), then gcurun's own size. None when
+    no launcher says so; unreadable values count as unset."""
+    found = _first_size(env, _MPIRUN_SIZES)
+    if found is not None:
+        return found
+    step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
+    if step:
+        for name in ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"):
+            size = _whole(env.get(name))
+            if size is not None:
+                return size, f"srun (step {step}, {name}={size})", _SRUN_FIX
+    return _first_size(env, _GCURUN_SIZE)
+
+
+def _first_size(env: Mapping[str, str],
+                names: tuple[tuple[str, str, str], ...]) -> tuple[int, str, str] | None:
+    for name, who, fix in names:
+        size = _whole(env.get(name))
+        if size is not None:
+            return size, f"{who} ({name}={size})", fix
+    return None
+
+
+def check_mpi_world(world_size: int, env: Mapping[str, str] | None = None) -> None:
+    """Stop a rank whose launcher started several ranks but whose MPI world (of
+    ``world_size`` ranks) has one: it would train alone, silently. ``env`` is the rank's
+    environment (default: this process's). Raises UsageError saying how to start it
+    instead; returns when the world matches or no launcher gave a size."""
+    launched = launched_size(os.environ if env is None else env)
+    if launched is None or world_size != 1 or launched[0] <= 1:
+        return
+    size, who, fix = launched
+    raise UsageError(f"{who} started {size} ranks, but MPI's world here has 1 rank: each "
+                     f"rank would run alone and never hear from the others; {fix}")
+
+
+def _whole(text: str | None) -> int | None:
+    if text is None or not _DIGITS.fullmatch(text.strip()):
+        return None
+    return int(text.strip())

@@ -244,7 +244,10 @@ def _init_tcp(env: RuntimeEnv) -> _State:
 def _init_mpi(env: RuntimeEnv, comm: Any) -> _State:
     from mpi4py import MPI
 
+    from gcurun.hosts.slurm import check_mpi_world
     from gcurun.runtime.mpi_transport import MPITransport, mpi_topology
+
+    check_mpi_world(MPI.COMM_WORLD.Get_size())  # no world of 1 where N were launched
 
     if comm is None:
         comm = MPI.COMM_WORLD
