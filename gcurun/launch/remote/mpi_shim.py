@@ -47,6 +47,9 @@ from gcurun.launch.remote.bind_exec import exec_command, exec_with_binding
 from gcurun.launch.remote.rank_env import PADDLE_ENDPOINTS_VARIABLE, rank_environment
 
 EXIT_USAGE = 2
+# srun's --job-name names gcurun's step, and its tasks see that as SLURM_JOB_NAME; the
+# launcher passes the allocation's own name here and the shim puts it back.
+JOB_NAME_VARIABLE = "GCURUN_SLURM_JOB_NAME"
 _SOURCES = (
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE"),
@@ -278,6 +281,8 @@ def shim_environment(env: Mapping[str, str], hostname: str,
     if env.get("GCURUN_BIND_TO", "none") != "none" and "OMP_NUM_THREADS" not in env \
             and cpu_count:
         out["OMP_NUM_THREADS"] = str(cpu_count)
+    if JOB_NAME_VARIABLE in env:
+        out["SLURM_JOB_NAME"] = env[JOB_NAME_VARIABLE]
     return out
 
 
