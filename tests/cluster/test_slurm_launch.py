@@ -209,3 +209,23 @@ def test_plain_srun_of_a_multi_task_step_stops_one_rank_worlds(slurm_jobs):
     for task in (0, 1):
         assert (f"{task}: gcurun.errors.UsageError: srun (step 0, SLURM_STEP_NUM_TASKS=2) "
                 "started 2 ranks, but MPI's world here has 1 rank") in done.stderr, done.stderr
+
+
+CONTRACT_RANK = str(Path(__file__).resolve().parents[1] / "frameworks" / "contract_rank.py")
+
+
+@pytest.mark.parametrize("framework", [
+    pytest.param("paddle", marks=pytest.mark.paddle),
+    pytest.param("jax", marks=pytest.mark.jax),
+])
+def test_paddle_and_jax_find_their_job_in_a_slurm_job(slurm_jobs, framework):
+    pytest.importorskip(framework, reason=f"needs {framework}")
+    # Paddle reads the plan's PADDLE_* variables; JAX its coordinator from gcurun and its
+    # process count and id from the step's Slurm variables, which match the plan.
+    done = in_allocation(slurm_jobs, ["-N2", "-n2"],
+                         ["--slurm", "--accelerator", "none", "-x", "JAX_PLATFORMS=cpu",
+                          sys.executable, CONTRACT_RANK, framework])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    got = rank_reports(done.stdout)
+    assert [(got[r]["rank"], got[r]["size"], got[r]["sum"]) for r in (0, 1)] == \
+        [(0, 2, 3.0), (1, 2, 3.0)]
