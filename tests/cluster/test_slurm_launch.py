@@ -229,3 +229,15 @@ def test_paddle_and_jax_find_their_job_in_a_slurm_job(slurm_jobs, framework):
     got = rank_reports(done.stdout)
     assert [(got[r]["rank"], got[r]["size"], got[r]["sum"]) for r in (0, 1)] == \
         [(0, 2, 3.0), (1, 2, 3.0)]
+
+
+def test_gcurun_run_in_a_slurm_job(slurm_jobs):
+    # gcurun.run takes the launcher from the settings like the command: here from
+    # GCURUN_LAUNCHER; its function service is reached as the rendezvous is.
+    script = ("import gcurun, socket\n"
+              "print(gcurun.run(lambda: socket.gethostname()))\n")
+    done = slurm_jobs.run(["salloc", "-N2", "-n3", *slurm_jobs.login_command(
+        [sys.executable, "-c", script])], env=slurm_jobs.env(GCURUN_LAUNCHER="slurm"),
+        timeout=SECONDS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "['h1', 'h1', 'h2']"

@@ -33,9 +33,9 @@ from gcurun.launch.remote import mpi_shim
 
 SHIM_MODULE = mpi_shim.__name__
 STEP_NAME_PREFIX = "gcurun-"
-# Options srun reads from the environment that would fight the plan's placement.
-PLACEMENT_VARIABLES = ("SLURM_NTASKS_PER_NODE", "SLURM_DISTRIBUTION", "SLURM_CPU_BIND",
-                       "SLURM_HOSTFILE")
+# Options srun reads from the environment that would fight the plan's placement (an
+# sbatch --ntasks-per-node, a hostfile that overrides the node list).
+PLACEMENT_VARIABLES = ("SLURM_NTASKS_PER_NODE", "SLURM_HOSTFILE")
 
 _LABEL = re.compile(rb"^ *(\d+): ")
 _STEPD = re.compile(rb"^slurmstepd(?:-[^:\s]*)?: ")
