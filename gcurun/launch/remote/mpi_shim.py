@@ -21,8 +21,10 @@ rank by rank; under Slurm SLURM_NODEID is used. Otherwise they assume every host
 LOCAL_SIZE ranks in blocks (rank // local size), which is what mpirun's default by-slot
 mapping gives on equal hosts.
 
-Under ``gcurun --slurm`` (srun starts the shim), two more things happen here:
+Under ``gcurun --slurm`` (srun starts the shim), three more things happen here:
 
+* the launcher's address in the rendezvous variables (``*:PORT``) becomes the address
+  srun ran from (SLURM_LAUNCH_NODE_IPADDR), which the node is known to reach;
 * devices Slurm gave the step (GRES: srun set the accelerator's variable, which the
   launcher left out of the ranks' environment; ``GCURUN_GRES_DEVICES=1``) win over the
   plan's: with ``--gpus-per-task`` a rank keeps what it was given, otherwise it takes
@@ -44,7 +46,13 @@ from dataclasses import dataclass
 from gcurun.errors import HostSpecError
 from gcurun.hosts.slurm import parse_tasks_per_node
 from gcurun.launch.remote.bind_exec import exec_command, exec_with_binding
-from gcurun.launch.remote.rank_env import PADDLE_ENDPOINTS_VARIABLE, rank_environment
+from gcurun.launch.remote.rank_env import (
+    ANY_ADDRESS,
+    GCURUN_PREFIX,
+    PADDLE_ENDPOINTS_VARIABLE,
+    rank_environment,
+    show_address,
+)
 
 EXIT_USAGE = 2
 # srun's --job-name names gcurun's step, and its tasks see that as SLURM_JOB_NAME; the
@@ -283,6 +291,25 @@ def shim_environment(env: Mapping[str, str], hostname: str,
         out["OMP_NUM_THREADS"] = str(cpu_count)
     if JOB_NAME_VARIABLE in env:
         out["SLURM_JOB_NAME"] = env[JOB_NAME_VARIABLE]
+    out.update(launcher_addresses(env))
+    return out
+
+
+def launcher_addresses(env: Mapping[str, str]) -> dict[str, str]:
+    """gcurun's variables that name the launcher as ``*:PORT`` (the rendezvous, gcurun.run's
+    service), with ``*`` replaced by the address srun ran from, as Slurm gives it to every
+    task (SLURM_LAUNCH_NODE_IPADDR): the launcher runs where srun does, and this node
+    reached srun there. Raises ShimError when one needs it and it is not set."""
+    out = {}
+    for name, value in env.items():
+        if not (name.startswith(GCURUN_PREFIX) and value.startswith(ANY_ADDRESS + ":")):
+            continue
+        address = env.get("SLURM_LAUNCH_NODE_IPADDR", "").strip()
+        if not address:
+            raise ShimError(f"{name}={value!r} asks for the launcher's address, which srun "
+                            "gives as SLURM_LAUNCH_NODE_IPADDR, but that is not set; start "
+                            "the ranks with gcurun --slurm")
+        out[name] = show_address(address, int(value[len(ANY_ADDRESS) + 1:]))
     return out
 
 

@@ -18,7 +18,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,14 +28,12 @@ from typing import IO, TYPE_CHECKING
 from gcurun.errors import LaunchError
 from gcurun.launch.api import Event, ExitEvent, LaunchPlan, OutputEvent, RankGroup, Stream
 from gcurun.launch.mpi.rank_group import guarded, session_groups
-from gcurun.launch.remote.rank_env import ANY_ADDRESS
 from gcurun.launch.slurm.command import (
     STEP_NAME_PREFIX,
     SrunCommand,
     build_srun_command,
     parse_labelled_line,
     parse_srun_failure,
-    rank_hosts,
 )
 from gcurun.launch.supervision.stopping import stop_processes
 
@@ -225,25 +222,6 @@ def scancel(args: Sequence[str]) -> None:
         pass
 
 
-def route_address(hosts: Sequence[str]) -> str:
-    """This host's address on the way to the first of ``hosts`` it can resolve (where
-    ranks there reach the launcher); this host's name when none resolves."""
-    for host in hosts:
-        try:
-            infos = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)
-        except OSError:
-            continue
-        for family, kind, _, _, address in infos:
-            try:
-                with socket.socket(family, kind) as probe:
-                    probe.connect(address)   # UDP: picks the route, sends nothing
-                    found = str(probe.getsockname()[0])
-            except OSError:
-                continue
-            return found[7:] if found.startswith("::ffff:") else found
-    return socket.getfqdn()
-
-
 def new_step_name() -> str:
     return STEP_NAME_PREFIX + uuid.uuid4().hex[:12]
 
@@ -275,16 +253,14 @@ def plan_bindings(plan: LaunchPlan) -> str | None:
 
 def slurm_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[RankGroup]:
     """The rank group of a Slurm job: one srun step for every rank. An address of the
-    launcher given as ``*:PORT`` becomes this host's address towards the nodes."""
+    launcher given as ``*:PORT`` stays so: the rank shim fills in the address srun ran
+    from."""
     from gcurun.hosts.slurm import parse_slurm_environment
-    from gcurun.launch.ssh.rank_group import with_launcher_address
 
     allocation = parse_slurm_environment(os.environ)
     if allocation is None:
         raise LaunchError("--slurm needs a Slurm allocation (SLURM_JOB_ID is not set); run "
                           "gcurun inside salloc or an sbatch script")
-    if any(value.startswith(ANY_ADDRESS + ":") for value in secrets.values()):
-        secrets = with_launcher_address(secrets, route_address(rank_hosts(job.plan)))
     command = srun_command(job, secrets)
     return [SlurmRankGroup(job.plan, command, allocation.job_id,
                            grace_seconds=job.settings.grace_seconds)]

@@ -227,3 +227,22 @@ def test_a_bound_rank_gets_its_cpus_and_their_count_as_omp_threads():
                    extra={"GCURUN_BIND_TO": "core", "GCURUN_BINDINGS": f"0;{cpu}"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"[{cpu}]"
+
+
+def test_the_launchers_address_is_the_one_srun_ran_from():
+    env = {**slurm_task(0, 0), "GCURUN_RENDEZVOUS": "*:4000", "GCURUN_FUNCTION": "*:4001",
+           "GCURUN_SECRET": "00ff",
+           "OTHER": "*:5", "SLURM_LAUNCH_NODE_IPADDR": "10.0.0.1"}
+    got = shim_environment(env, "h")
+    assert (got["GCURUN_RENDEZVOUS"], got["GCURUN_FUNCTION"]) == ("10.0.0.1:4000",
+                                                                  "10.0.0.1:4001")
+    assert "OTHER" not in got and "GCURUN_SECRET" not in got
+    assert shim_environment({**env, "SLURM_LAUNCH_NODE_IPADDR": "fd00::1"},
+                            "h")["GCURUN_RENDEZVOUS"] == "[fd00::1]:4000"
+    # An address given in full (mpirun, local jobs) stays as it is.
+    assert "GCURUN_RENDEZVOUS" not in shim_environment(
+        {**slurm_task(0, 0), "GCURUN_RENDEZVOUS": "127.0.0.1:4000"}, "h")
+    with pytest.raises(ShimError, match="GCURUN_RENDEZVOUS='\\*:4000' asks for the "
+                                        "launcher's address, which srun gives as "
+                                        "SLURM_LAUNCH_NODE_IPADDR, but that is not set"):
+        shim_environment({**slurm_task(0, 0), "GCURUN_RENDEZVOUS": "*:4000"}, "h")
