@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from tests.cluster.slurm import SlurmCluster, has_pmix
-from tests.helpers import wait_for
+from tests.helpers import skip_without, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.slurm]
 
@@ -237,7 +237,7 @@ def test_node_names_resolve_on_the_nodes_and_through_login_command(slurm_jobs):
 
 @pytest.mark.jax
 def test_jax_finds_its_job_in_an_srun_step_by_itself(slurm_jobs, tmp_path):
-    pytest.importorskip("jax", reason="needs jax (pip install jax)")
+    skip_without("jax", "pip install jax")
     out = tmp_path / "out"
     out.mkdir()
     # No coordinator, count or id given: JAX reads SLURM_STEP_NODELIST's first host,

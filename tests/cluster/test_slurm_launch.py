@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from tests.cluster.slurm import SlurmCluster, has_pmix
-from tests.helpers import rank_reports, wait_for
+from tests.helpers import rank_reports, skip_without, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.slurm]
 
@@ -219,7 +219,7 @@ CONTRACT_RANK = str(Path(__file__).resolve().parents[1] / "frameworks" / "contra
     pytest.param("jax", marks=pytest.mark.jax),
 ])
 def test_paddle_and_jax_find_their_job_in_a_slurm_job(slurm_jobs, framework):
-    pytest.importorskip(framework, reason=f"needs {framework}")
+    skip_without(framework, "pip install " + {"paddle": "paddlepaddle", "jax": "jax"}[framework])
     # Paddle reads the plan's PADDLE_* variables; JAX its coordinator from gcurun and its
     # process count and id from the step's Slurm variables, which match the plan.
     done = in_allocation(slurm_jobs, ["-N2", "-n2"],

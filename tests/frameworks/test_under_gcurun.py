@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.frameworks.test_paddle_jax_contract import free_ports
-from tests.helpers import rank_reports, run_gcurun
+from tests.helpers import rank_reports, run_gcurun, skip_without
 
 pytestmark = [pytest.mark.integration]
 
@@ -20,7 +20,7 @@ RANK = str(Path(__file__).resolve().parent / "contract_rank.py")
 
 @pytest.mark.paddle
 def test_paddle_all_reduce_under_gcurun():
-    pytest.importorskip("paddle", reason="needs paddlepaddle (pip install paddlepaddle)")
+    skip_without("paddle", "pip install paddlepaddle")
     (port,) = free_ports(1)
     # No accelerator here: Paddle's CPU build takes the gloo backend the plan names.
     res = run_gcurun("-np", "2", "--accelerator", "none", "--master-port", str(port),
@@ -35,7 +35,7 @@ def test_paddle_all_reduce_under_gcurun():
 
 @pytest.mark.jax
 def test_jax_distributed_initialize_under_gcurun():
-    pytest.importorskip("jax", reason="needs jax (pip install jax)")
+    skip_without("jax", "pip install jax")
     # JAX reads its coordinator from JAX_COORDINATOR_ADDRESS; the count and id come from
     # the script (here from WORLD_SIZE and RANK), as JAX detects no gcurun.
     res = run_gcurun("-np", "2", "-x", "JAX_PLATFORMS=cpu", "-x", "CONTRACT_IDS_FROM=torch",
