@@ -121,7 +121,9 @@ def test_every_node_is_a_namespace_host(slurm_jobs, tmp_path):
     for r in got:
         assert r["netns"] == slurm_jobs.netns.host(r["hostname"]).net_namespace_inode()
     assert len({r["netns"] for r in got} | {os.stat("/proc/self/ns/net").st_ino}) == 4
-    assert slurm_jobs.node_states() == {"h1": "idle", "h2": "idle", "h3": "idle"}
+    # The job srun made is "completing" on its nodes for a moment after srun returns.
+    wait_for("the three nodes to be idle again", lambda: slurm_jobs.node_states() ==
+             {"h1": "idle", "h2": "idle", "h3": "idle"}, timeout=30)
 
 
 def test_salloc_is_read_as_an_allocation_outside_any_step(slurm_jobs, tmp_path):
