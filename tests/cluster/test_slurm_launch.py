@@ -241,3 +241,18 @@ def test_gcurun_run_in_a_slurm_job(slurm_jobs):
         timeout=SECONDS)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "['h1', 'h1', 'h2']"
+
+
+@pytest.mark.parametrize(("gres", "devices"), [
+    ("--gres=gpu:2", ["0", "1"]),               # the node's list, one entry per local rank
+    ("--gpus-per-task=1", ["0", "1"]),          # one device per task
+])
+def test_devices_slurms_gres_gave_win_over_the_plans(slurm_jobs, gres, devices):
+    # The plan would give devices 5 and 6; the step's GRES (2 fake GPUs per node) wins.
+    done = in_allocation(slurm_jobs, ["-N1", "-n2", gres],
+                         ["--slurm", "--accelerator", "cuda", "--devices", "5,6",
+                          sys.executable, "-c", "import os; print('{\"dev\": \"%s\"}' % "
+                          "os.environ['CUDA_VISIBLE_DEVICES'])"])
+    assert done.returncode == 0, done.stderr
+    got = rank_reports(done.stdout)
+    assert [got[r]["dev"] for r in (0, 1)] == devices
