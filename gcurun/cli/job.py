@@ -4,11 +4,14 @@ then a dry-run listing or a running job. The only place that prints what they re
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gcurun.config.api import Settings
 from gcurun.errors import UsageError
 from gcurun.launch.api import LaunchPlan
+
+if TYPE_CHECKING:
+    from gcurun.launch.prepare import PreparedJob
 
 
 def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, Any],
@@ -33,15 +36,17 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
             from gcurun.launch.planning.binding import format_binding_table
 
             unbound = "by mpirun" if job.plan.launcher == "mpi" else \
-                "after the ssh preflight" if job.remote_unbound else "not bound"
+                "after the srun probe" if job.remote_unbound and job.plan.launcher == "slurm" \
+                else "after the ssh preflight" if job.remote_unbound else "not bound"
             stderr.write(format_binding_table(job.plan, unbound=unbound) + "\n")
         if dry_run:
             from gcurun.cli.render import print_plan
 
             mpirun = mpirun_preview(job.plan, settings) if job.plan.launcher == "mpi" \
                 else None
+            srun = srun_preview(job) if job.plan.launcher == "slurm" else None
             print_plan(job.plan, settings, as_json=bool(params.get("as_json")), out=stdout,
-                       mpirun=mpirun)
+                       mpirun=mpirun, srun=srun)
             return 0
         from gcurun.launch.execute import execute
         from gcurun.launch.supervision.output import OutputSink
@@ -72,6 +77,13 @@ def mpirun_preview(plan: LaunchPlan, settings: Settings) -> tuple[tuple[str, ...
     command, _ = mpi_command(plan, settings, secrets={},
                              hostfile_path="$TMPDIR/gcurun-mpi-XXXXXX/hostfile")
     return command.argv, command.hostfile
+
+
+def srun_preview(job: PreparedJob) -> tuple[str, ...]:
+    """The srun argv a run would use (its step name is chosen at start)."""
+    from gcurun.launch.slurm.rank_group import srun_command
+
+    return srun_command(job, secrets={}, step_name="gcurun-XXXXXXXXXXXX").argv
 
 
 def use_color(mode: str, stream: TextIO, environ: Mapping[str, str]) -> bool:

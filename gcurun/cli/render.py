@@ -42,12 +42,16 @@ def plan_to_dict(plan: LaunchPlan) -> dict[str, Any]:
 
 
 def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: TextIO,
-               mpirun: tuple[Sequence[str], str | None] | None = None) -> None:
-    """The plan as a table or JSON; ``mpirun`` (argv, hostfile text) for MPI launches."""
+               mpirun: tuple[Sequence[str], str | None] | None = None,
+               srun: Sequence[str] | None = None) -> None:
+    """The plan as a table or JSON; ``mpirun`` (argv, hostfile text) for MPI launches,
+    ``srun`` (argv) for Slurm ones."""
     if as_json:
         data = plan_to_dict(plan)
         if mpirun is not None:
             data["mpirun"] = {"argv": list(mpirun[0]), "hostfile": mpirun[1]}
+        if srun is not None:
+            data["srun"] = {"argv": list(srun)}
         out.write(json.dumps(data, indent=2) + "\n")
         return
     from rich.console import Console
@@ -78,6 +82,10 @@ def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: Text
         if mpirun[1] is not None:
             out.write("hostfile:\n" + "".join(f"  {line}\n"
                                               for line in mpirun[1].splitlines()))
+    if srun is not None:
+        import shlex
+
+        out.write("srun command:\n  " + shlex.join(srun) + "\n")
 
 
 def show_value(value: Any) -> str:

@@ -3,7 +3,12 @@
 Precedence, per dotted key: CLI > profile > ``GCURUN_*`` environment > defaults. The
 environment layer also reads Horovod's names for the runtime knobs (``HOROVOD_CYCLE_TIME``
 ...), below the ``GCURUN_*`` ones. ``Settings.sources`` records the winner of every key as
-``cli``, ``profile:<file>:<line>``, ``env:<VAR>`` or ``default``.
+``cli``, ``profile:<file>:<line>``, ``env:<VAR>``, ``slurm`` or ``default``.
+
+Inside a Slurm allocation (``salloc``, an ``sbatch`` script) where no layer names hosts,
+the allocation does: its hosts with their task counts as slots, and ``np`` (unless a
+layer gives it) its task count, both with the source ``slurm``. A process of an srun
+step (gcurun run by srun) cannot know the allocation's layout and is refused.
 
 Three keys combine layers instead of replacing them: ``env`` is merged per variable (each
 ``env.NAME`` has its own source), ``forward_env`` is the union of the profile's and the
@@ -104,7 +109,8 @@ def resolve_settings(cli: Mapping[str, Any], profile: Profile | None,
     ``GCURUN_HOSTFILE`` or a ``hostfile`` CLI key), it is read with ``read_hostfile`` and
     ``hosts`` holds its hosts. Raises UsageError for a bad ``GCURUN_*``/``HOROVOD_*`` value
     (naming the variable), for hosts and a hostfile given together in one layer and for a
-    hostfile that cannot be read or parsed; ValueError for a ``cli`` key that is not a
+    hostfile that cannot be read or parsed, for malformed Slurm variables and for a
+    process of an srun step without hosts given; ValueError for a ``cli`` key that is not a
     setting (a bug in the caller).
     """
     cli_values = _normalise_cli(cli)
@@ -126,6 +132,8 @@ def resolve_settings(cli: Mapping[str, Any], profile: Profile | None,
             chosen[key.path] = layer.values[key.path]
             sources[key.path] = layer.label(key.path)
     _choose_hosts(layers, chosen, sources)
+    if sources["hosts"] == "default":
+        _hosts_from_slurm(environ, chosen, sources)
     if chosen.get("hostfile") is not None and chosen.get("hosts") is None:
         chosen["hosts"] = _hosts_from_file(chosen["hostfile"], sources["hostfile"],
                                            read_hostfile)
@@ -273,6 +281,22 @@ def _choose_hosts(layers: Iterable[_Layer], chosen: dict[str, Any],
                 sources[path] = layer.label(path) if path in given else label
             return
     sources["hosts"] = sources["hostfile"] = "default"
+
+
+def _hosts_from_slurm(environ: Mapping[str, str], chosen: dict[str, Any],
+                      sources: dict[str, str]) -> None:
+    """The allocation's hosts (and task count, when no layer set ``np``), if ``environ``
+    is that of a Slurm allocation. Raises HostSpecError inside a step."""
+    from gcurun.hosts.slurm import SLURM_SOURCE, parse_slurm_environment
+
+    allocation = parse_slurm_environment(environ)
+    if allocation is None:
+        return
+    chosen["hosts"] = allocation.host_specs()
+    sources["hosts"] = SLURM_SOURCE
+    if "np" not in chosen:
+        chosen["np"] = allocation.num_tasks
+        sources["np"] = SLURM_SOURCE
 
 
 def _hosts_from_file(path: str, source: str,

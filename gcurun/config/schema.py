@@ -112,7 +112,7 @@ KEYS: tuple[Key, ...] = (
     Key("oversubscribe", "bool"),
     Key("accelerator", "choice", choices=_choices(Accelerator)),
     Key("devices", "devices", nullable=True),
-    Key("launcher", "choice", choices=("local", "ssh", "mpi"), nullable=True),
+    Key("launcher", "choice", choices=("local", "ssh", "mpi", "slurm"), nullable=True),
     Key("env", "env", in_environ=False),
     Key("forward_env", "names", in_environ=False),
     Key("bind_to", "choice", choices=_choices(BindTo)),

@@ -33,6 +33,7 @@ EXECUTORS: dict[str, str] = {
     "local": "gcurun.launch.local_group:local_groups",
     "ssh": "gcurun.launch.ssh.rank_group:ssh_groups",
     "mpi": "gcurun.launch.mpi.rank_group:mpi_groups",
+    "slurm": "gcurun.launch.slurm.rank_group:slurm_groups",
 }
 
 

@@ -3,9 +3,10 @@
 1. Plan (pure): ranks on hosts, each with its identity, device, argv and environment.
 2. Preflight: every remote host of an SSH launch is connected to and checked, and its
    bootstrap waits there (skipped offline: ``connect=False``, as ``--dry-run`` does).
+   A --slurm launch is checked against its allocation (:mod:`gcurun.launch.slurm.prepare`).
 3. Bind: each rank's CPUs and memory node from its host's topology, this host's read
-   here and remote ones over the preflight's connections (without them, remote ranks
-   stay unbound until a run prepares them).
+   here and remote ones over the preflight's connections, a --slurm job's by one srun
+   step (without them, remote ranks stay unbound until a run prepares them).
 
 The CLI, :func:`gcurun.run` and tests call it; executors run the :class:`PreparedJob`.
 """
@@ -43,9 +44,12 @@ class PreparedJob:
 
     @property
     def remote_unbound(self) -> bool:
-        """Whether remote ranks wait for a preflight to be bound."""
-        return (self.settings.bind_to != "none" and self.plan.launcher == "ssh"
-                and not self.connected and any(not r.is_local for r in self.plan.ranks))
+        """Whether remote ranks (every rank of a --slurm job) wait for a preflight to be
+        bound."""
+        if self.settings.bind_to == "none" or self.connected:
+            return False
+        return self.plan.launcher == "slurm" or (
+            self.plan.launcher == "ssh" and any(not r.is_local for r in self.plan.ranks))
 
     def close(self) -> None:
         """Close every checked host's connection (its bootstrap exits, having run
@@ -107,9 +111,14 @@ def prepare_plan(plan: LaunchPlan, settings: Settings, *,
 
         sessions = preflight_plan(plan, settings)
     job = PreparedJob(plan, settings, sessions, connected=connect)
+    environ = os.environ if environ is None else environ
     try:
-        job.plan, job.warnings = bind(plan, settings, sessions,
-                                      os.environ if environ is None else environ)
+        if plan.launcher == "slurm":
+            from gcurun.launch.slurm.prepare import prepare_slurm
+
+            job.plan, job.warnings = prepare_slurm(plan, settings, environ, connect=connect)
+        else:
+            job.plan, job.warnings = bind(plan, settings, sessions, environ)
     except BaseException:
         job.close()
         raise

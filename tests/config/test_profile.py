@@ -295,8 +295,8 @@ def test_wrong_values(text, message):
                          "got 'gpu'; did you mean 'gcu'?"),
     ("accelerator: 3", "1: accelerator: expected one of gcu, cuda, rocm, ascend, mlu, none, "
                        "got '3'"),
-    ("launcher: slurm", "1: launcher: expected one of local, ssh, mpi, got 'slurm'"),
-    ("launcher: mpirun", "1: launcher: expected one of local, ssh, mpi, got 'mpirun'; "
+    ("launcher: srun", "1: launcher: expected one of local, ssh, mpi, slurm, got 'srun'"),
+    ("launcher: mpirun", "1: launcher: expected one of local, ssh, mpi, slurm, got 'mpirun'; "
                          "did you mean 'mpi'?"),
     ("bind_to: numa-node", "1: bind_to: expected one of none, core, socket, numa, "
                            "got 'numa-node'; did you mean 'numa'?"),

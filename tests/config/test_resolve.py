@@ -292,6 +292,69 @@ def test_hosts_and_hostfile_together_are_refused():
     assert str(info.value) == "both GCURUN_HOSTS and GCURUN_HOSTFILE are set; unset one of them"
 
 
+# -- a Slurm allocation gives hosts where no layer does ---------------------------------------
+
+# What `salloc -N2 -n3` and a task of an srun step in it see (tests/hosts/test_slurm.py has
+# the full environments Slurm set).
+SALLOC = {"SLURM_JOB_ID": "12", "SLURM_JOB_NODELIST": "h[1-2]",
+          "SLURM_JOB_CPUS_PER_NODE": "2,1", "SLURM_TASKS_PER_NODE": "2,1",
+          "SLURM_NTASKS": "3"}
+STEP = {**SALLOC, "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "h[1-2]",
+        "SLURM_STEP_TASKS_PER_NODE": "2,1", "SLURM_STEP_NUM_TASKS": "3",
+        "SLURM_PROCID": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "1"}
+
+
+def test_an_allocation_gives_hosts_slots_and_np():
+    settings = resolve_settings({}, None, SALLOC, read_hostfile=no_reading)
+    assert settings.hosts == (HostSpec("h1", slots=2), HostSpec("h2", slots=1))
+    assert settings.np == 3
+    assert (settings.sources["hosts"], settings.sources["np"]) == ("slurm", "slurm")
+    assert settings.sources["hostfile"] == "default"
+    assert ("hosts", settings.hosts, "slurm") in explain_settings(settings)
+
+
+def test_np_given_anywhere_wins_over_the_allocations():
+    settings = resolve_settings({"np": 2}, None, SALLOC)
+    assert (settings.np, settings.sources["np"]) == (2, "cli")
+    assert settings.sources["hosts"] == "slurm"
+    settings = resolve_settings({}, None, {**SALLOC, "GCURUN_NP": "1"})
+    assert (settings.np, settings.sources["np"]) == (1, "env:GCURUN_NP")
+
+
+@pytest.mark.parametrize(("cli", "profile_text", "environ", "source"), [
+    ({"hosts": HOSTS}, "", {}, "cli"),
+    ({}, "# hosts\nhosts: [a:2, b:2]\n", {}, "profile:p.yaml:2"),
+    ({}, "", {"GCURUN_HOSTS": "a:2,b:2"}, "env:GCURUN_HOSTS"),
+])
+def test_hosts_given_by_any_layer_win_over_the_allocation(cli, profile_text, environ, source):
+    profile = parse_profile(profile_text, SOURCE) if profile_text else None
+    settings = resolve_settings(cli, profile, {**SALLOC, **environ})
+    assert settings.hosts == HOSTS and settings.sources["hosts"] == source
+    assert settings.np is None and settings.sources["np"] == "default"
+
+
+def test_a_task_of_a_step_without_hosts_is_refused():
+    with pytest.raises(UsageError) as info:
+        resolve_settings({}, None, STEP)
+    assert str(info.value) == (
+        "inside a Slurm step (SLURM_STEP_ID is set) the allocation's tasks per host are not "
+        "known: srun set SLURM_TASKS_PER_NODE to the step's; run gcurun in the allocation "
+        "itself (salloc or the sbatch script), not under srun, or name the hosts with -H")
+    assert resolve_settings({"hosts": HOSTS}, None, STEP).hosts == HOSTS
+
+
+def test_bad_slurm_variables_are_named():
+    with pytest.raises(UsageError, match="SLURM_TASKS_PER_NODE='2,1,1' counts 3 hosts but "
+                                         "SLURM_JOB_NODELIST='h\\[1-2\\]' names 2"):
+        resolve_settings({}, None, {**SALLOC, "SLURM_TASKS_PER_NODE": "2,1,1"})
+
+
+def test_outside_an_allocation_nothing_changes():
+    settings = resolve_settings({}, None, {"SLURM_CONF": "/etc/slurm/slurm.conf"})
+    assert settings.hosts is None and settings.np is None
+    assert settings.sources["hosts"] == settings.sources["np"] == "default"
+
+
 # -- env and forward_env combine -------------------------------------------------------------
 
 def test_env_merges_per_variable_and_cli_wins():

@@ -25,15 +25,9 @@ from gcurun.config.api import Settings, SSHSettings
 from gcurun.errors import LaunchError, UsageError
 from gcurun.launch.api import LaunchPlan
 from gcurun.launch.remote import mpi_shim
-from gcurun.launch.remote.rank_env import GCURUN_PREFIX, HOROVOD_PREFIX, RANK_FACTS
+from gcurun.launch.remote.rank_env import PER_RANK_VARIABLES
 
 MPIKind = Literal["openmpi", "mpich", "intel"]
-
-# Variables the shim computes on each rank; never exported job-wide.
-PER_RANK_VARIABLES = frozenset(
-    [GCURUN_PREFIX + f for f in RANK_FACTS] + [HOROVOD_PREFIX + f for f in RANK_FACTS]
-    + ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-       "OMP_NUM_THREADS"])
 _SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)", re.I)
 # Open MPI 4 and 5 both accept host:slots lists; longer lists go to a hostfile.
 MAX_INLINE_HOSTS = 8

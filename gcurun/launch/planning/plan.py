@@ -8,7 +8,7 @@ from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.locality import is_local_host
 from gcurun.launch.api import LauncherName, LaunchPlan, RankSpec
-from gcurun.launch.remote.rank_env import rank_environment
+from gcurun.launch.remote.rank_env import paddle_endpoints, rank_environment
 
 DEFAULT_LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 LOOPBACK = "127.0.0.1"
@@ -91,7 +91,9 @@ def build_plan(
     identity variables of :func:`rank_environment` win over it. ``master_addr`` defaults to
     loopback when every rank is local, to ``this_host`` (a name of the launcher's host that
     other hosts can resolve) when rank 0 is local but others are not, and to rank 0's host
-    otherwise.
+    otherwise. Paddle's endpoints (``PADDLE_TRAINER_ENDPOINTS``) name each rank's host the
+    same way: loopback when every rank is local, ``this_host`` for this host, else the
+    host's name.
 
     Raises PlanError for an empty command or host list, or ranks that do not fit.
     """
@@ -113,6 +115,9 @@ def build_plan(
         else:
             master_addr = first.name
     cross_sizes = [sum(1 for _, n in used if n > lr) for lr in range(max(counts))]
+    addresses = [LOOPBACK if all_local else this_host if is_local_host(h.name, local_names)
+                 else h.name for h, _ in used]
+    endpoints = paddle_endpoints(addresses, [n for _, n in used], master_port)
     ranks: list[RankSpec] = []
     for node_rank, (host, count) in enumerate(used):
         ids = host_devices(host, devices, count) if device_var else ()
@@ -124,7 +129,8 @@ def build_plan(
                 rank=len(ranks), size=sum(counts), local_rank=local_rank, local_size=count,
                 cross_rank=cross_rank, cross_size=cross_sizes[local_rank],
                 node_rank=node_rank, hostname=host.name, master_addr=master_addr,
-                master_port=master_port, device_var=device_var, device=device))
+                master_port=master_port, device_var=device_var, device=device,
+                node_count=len(used), endpoints=endpoints))
             ranks.append(RankSpec(
                 rank=len(ranks), local_rank=local_rank, local_size=count,
                 cross_rank=cross_rank, cross_size=cross_sizes[local_rank],
