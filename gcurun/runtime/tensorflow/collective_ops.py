@@ -6,10 +6,15 @@ runtime's synchronous call.
 In a graph (TF1 sessions, ``tf.function``, Keras' train function) the collective is two
 ``tf.numpy_function`` ops: an *enqueue* op that submits the arrays to the runtime's
 background engine and returns at once with a key, and a *synchronize* op that waits for
-that key and returns the results. TensorFlow runs a graph's ops on a thread pool in an
-order that differs between ranks; since enqueueing never blocks, every rank soon submits
-every tensor it will need, and the engine, which matches ops by name across ranks, runs
-them whatever order they came in. A graph op's collective is named after the enqueue op
+that key and returns the results. TensorFlow runs a graph's ops on a thread pool (as
+small as the number of cores) in an order that differs between ranks. Enqueueing never
+blocks, and the engine matches ops by name across ranks, so the order does not matter
+as long as every rank gets to enqueue every tensor it needs: the waits must not take the
+pool's threads. Each synchronize op therefore runs inside a one-element ``tf.data``
+dataset (``get_single_element``), whose kernel is asynchronous and runs the function on
+tf.data's own unbounded threads; a plain blocking op per tensor deadlocks as soon as
+each rank's pool is full of waits for tensors the other rank has not enqueued. A graph
+op's collective is named after the enqueue op
 (``HorovodAllreduce_<input>``), which is the same on every rank that built the same
 graph. The synchronize op's results get the static shapes the caller knows, and pass
 through a status check that raises a mismatch as ``FailedPreconditionError``
@@ -119,8 +124,15 @@ def _graph(label: str, inputs: Sequence[tf.Tensor], start: Start, finish: Finish
         outs = [narrow(out, d) for out, d in zip(finish(result), dtypes, strict=True)]
         return [*outs, np.bytes_(OK_STATUS)]
 
-    outputs = tf.numpy_function(synchronize, [key], [*dtypes, tf.string], stateful=True,
-                                name=f"{base}_synchronize")
+    def synchronize_op(key_tensor: tf.Tensor) -> list[tf.Tensor]:
+        return tf.numpy_function(synchronize, [key_tensor], [*dtypes, tf.string],
+                                 stateful=True, name=f"{base}_synchronize")
+
+    # The wait runs inside a one-element dataset: its kernel waits on tf.data's own
+    # threads, leaving the inter-op pool free for other ranks' order of enqueues.
+    with tf.name_scope(f"{base}_synchronize"):
+        outputs = list(tf.data.Dataset.from_tensors(key).map(synchronize_op)
+                       .get_single_element())
     with tf.control_dependencies([status_check(outputs[-1])]):
         results = [tf.identity(out) for out in outputs[:-1]]
     for result, shape in zip(results, out_shapes, strict=True):

@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# The run.sh of Horovod_gcu's TensorFlow recipe: what each rank runs when the job is started
+# by mpirun, e.g.  gcurun --mpi -np 2 --bind-to numa bash examples/tensorflow_v1_run.sh
+set -euo pipefail
+exec python "$(dirname "$0")/tensorflow_v1_train.py" "$@"
