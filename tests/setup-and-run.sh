@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the test suite needs on a fresh Debian/Ubuntu machine (as root), then run it.
 #   system: openssh-server (sshd for the namespace hosts), iproute2 (ip netns), numactl
-#   python: gcurun with its dev extra (pytest, pytest-timeout, ruff, mypy), torch 2.13.0 (CPU)
+#   python: gcurun with its dev and tensorflow extras (pytest, pytest-timeout, ruff, mypy;
+#           tensorflow-cpu, with Keras 3), torch 2.13.0 (CPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
@@ -15,7 +16,7 @@ if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
     fi
 fi
-python3 -m pip install -q -e '.[dev]'
+python3 -m pip install -q -e '.[dev,tensorflow]'
 # The CPU build of PyTorch for the tests of gcurun.runtime.torch (pinned: an unpinned torch
 # pulls several GB of CUDA packages).
 python3 -m pip install -q torch==2.13.0

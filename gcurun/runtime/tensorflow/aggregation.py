@@ -43,6 +43,7 @@ class LocalAggregation:
         reduced accumulated gradients (else the local ones, which are not applied)."""
         if self.counter is None:
             self.counter = self._variable(tf.zeros([], tf.int32), "aggregation_counter")
+        counter = self.counter
         present = [(i, tf.convert_to_tensor(g)) for i, g in enumerate(grads) if g is not None]
         sums = []
         for i, grad in present:
@@ -54,7 +55,7 @@ class LocalAggregation:
         added = [total.assign_add(grad) for total, (_, grad) in zip(sums, present,
                                                                        strict=True)]
         with tf.control_dependencies(added):
-            count = self.counter.assign_add(1)
+            count = counter.assign_add(1)
 
         def reduce_and_reset() -> list[Any]:
             totals = [total.read_value() for total in sums]
@@ -67,7 +68,7 @@ class LocalAggregation:
             reduced = [every[i] for i, _ in present]
             with tf.control_dependencies(reduced):
                 resets = [total.assign(tf.zeros_like(total)) for total in sums]
-                resets.append(self.counter.assign(0))
+                resets.append(counter.assign(0))
             with tf.control_dependencies(resets):
                 return [tf.identity(r) for r in reduced]
 

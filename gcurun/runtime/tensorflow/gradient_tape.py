@@ -53,7 +53,8 @@ class _DistributedGradientTape(tf.GradientTape):
         and the others' (averaged over the ranks)."""
         sources = list(sources)
         grads = self.gradient(target, sources, output_gradients, **kwargs)
-        local, shared = [], []
+        local: list[Any] = []
+        shared: list[Any] = []
         for source, grad in zip(sources, grads, strict=True):
             (local if var_key(source) in self._local_sources else shared).append((source, grad))
         return local, shared

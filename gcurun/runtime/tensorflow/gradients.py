@@ -122,7 +122,8 @@ def split_groups(count: int, groups: Any, num_groups: int,
         return [list(range(a, b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     if position_of is None:
         raise ValueError("groups of variables need the variables the gradients belong to")
-    result, seen = [], set()
+    result: list[list[int]] = []
+    seen: set[int] = set()
     for group in groups:
         positions = [position_of(v) for v in group]
         if any(p is None for p in positions):

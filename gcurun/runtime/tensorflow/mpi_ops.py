@@ -65,17 +65,16 @@ def _grouped_allreduce(tensors: Tensors, name: str | None = None, op: Any = Sum,
     if not inputs:
         return []
     kwargs = set_kwargs(process_set)
-    scale = {"prescale_factor": prescale_factor, "postscale_factor": postscale_factor}
+    scale: dict[str, Any] = {"prescale_factor": prescale_factor,
+                             "postscale_factor": postscale_factor, **kwargs}
 
     def start(arrays: list[np.ndarray], engine_name: str | None) -> int:
-        return runtime.grouped_allreduce_async(arrays, name=engine_name, op=op, **scale,
-                                               **kwargs)
+        return runtime.grouped_allreduce_async(arrays, name=engine_name, op=op, **scale)
 
     def now(arrays: list[np.ndarray], engine_name: str | None) -> Any:
         if len(arrays) == 1:
-            return [runtime.allreduce(arrays[0], name=engine_name, op=op, **scale,
-                                      **kwargs)]
-        return runtime.grouped_allreduce(arrays, name=engine_name, op=op, **scale, **kwargs)
+            return [runtime.allreduce(arrays[0], name=engine_name, op=op, **scale)]
+        return runtime.grouped_allreduce(arrays, name=engine_name, op=op, **scale)
 
     @tf.custom_gradient
     def reduce(*xs: tf.Tensor) -> Any:
@@ -298,18 +297,16 @@ def grouped_reducescatter(tensors: Tensors, name: str | None = None, op: Any = A
     if not inputs:
         return []
     kwargs = set_kwargs(process_set)
-    scale = {"prescale_factor": prescale_factor, "postscale_factor": postscale_factor}
+    scale: dict[str, Any] = {"prescale_factor": prescale_factor,
+                             "postscale_factor": postscale_factor, **kwargs}
 
     def start(arrays: list[np.ndarray], engine_name: str | None) -> int:
-        return runtime.grouped_reducescatter_async(arrays, name=engine_name, op=op, **scale,
-                                                   **kwargs)
+        return runtime.grouped_reducescatter_async(arrays, name=engine_name, op=op, **scale)
 
     def now(arrays: list[np.ndarray], engine_name: str | None) -> Any:
         if len(arrays) == 1:
-            return [runtime.reducescatter(arrays[0], name=engine_name, op=op, **scale,
-                                          **kwargs)]
-        return runtime.grouped_reducescatter(arrays, name=engine_name, op=op, **scale,
-                                             **kwargs)
+            return [runtime.reducescatter(arrays[0], name=engine_name, op=op, **scale)]
+        return runtime.grouped_reducescatter(arrays, name=engine_name, op=op, **scale)
 
     @tf.custom_gradient
     def scatter(*xs: tf.Tensor) -> Any:

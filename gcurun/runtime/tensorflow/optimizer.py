@@ -19,7 +19,7 @@ from gcurun.runtime.tensorflow.mpi_ops import Adasum, Average
 from gcurun.runtime.tensorflow.process_sets import global_process_set, set_size
 from gcurun.runtime.tensorflow.util import var_key
 
-_LegacyOptimizer = tf.compat.v1.train.Optimizer
+_LegacyOptimizer: Any = tf.compat.v1.train.Optimizer
 
 
 class _DistributedOptimizer(_LegacyOptimizer):

@@ -1,8 +1,9 @@
 """TensorFlow tensors as the numpy arrays the runtime moves, and back.
 
-An eager tensor in host memory is handed over as ``tensor.numpy()``, which shares its
-memory: no copy. Tensors on a device come back to the host through ``.numpy()`` (TF
-copies them there), and results go back to the input's device when first used.
+An eager tensor in host memory is handed over as a numpy view of its own buffer (the
+``_numpy()`` of TensorFlow's eager tensors; the public ``.numpy()`` returns a copy): no
+copy. Tensors on a device come back to the host that way (TF copies them there), and
+results go back to the input's device when first used.
 bfloat16, which numpy has only through ml_dtypes and the runtime does not reduce, is
 moved as float32 (exact: every bfloat16 value is a float32) and narrowed afterwards.
 """
@@ -38,10 +39,15 @@ def wire_dtype(dtype: tf.DType) -> tf.DType:
 
 
 def host_array(value: Any) -> np.ndarray:
-    """The numpy array of an eager tensor, variable or host value (shared memory where
-    TensorFlow allows it), in its wire dtype."""
-    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-    return widen(array)
+    """The numpy array of an eager tensor (sharing its memory when it is in host memory),
+    variable or host value, in its wire dtype. The caller keeps ``value`` alive while
+    the array is in use."""
+    view = getattr(value, "_numpy", None)
+    if callable(view):
+        array = view()
+    else:
+        array = value.numpy() if hasattr(value, "numpy") else value
+    return widen(np.asarray(array))
 
 
 def widen(array: np.ndarray) -> np.ndarray:

@@ -36,10 +36,13 @@ def optimizer_variables(optimizer: Any) -> list[Any]:
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
-    """Gives every rank ``root_rank``'s model and optimizer variables: the model's when
-    training begins (so that the first step starts from the same weights), everything
-    again after the first batch, when the optimizer's slots exist. Also turns the
-    model's ``jit_compile`` off (XLA cannot compile the collectives)."""
+    """Gives every rank ``root_rank``'s model and optimizer variables when training
+    begins, so that the first step starts from the same weights and optimizer state (a
+    model restored on the root alone spreads so). An optimizer not built yet is built
+    for the model's weights first; when a model's weights do not exist yet (a subclassed
+    model, built by its first call), everything is broadcast after the first batch
+    instead. Also turns the model's ``jit_compile`` off (XLA cannot compile the
+    collectives)."""
 
     def __init__(self, root_rank: int, device: str = "",
                  process_set: Any = global_process_set):
@@ -49,18 +52,24 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self.process_set = process_set
         self.broadcast_done = False
 
-    def _broadcast(self, variables: list[Any]) -> None:
-        broadcast_variables(variables, self.root_rank, self.process_set)
+    def _variables(self) -> list[Any]:
+        return list(self.model.variables) + optimizer_variables(self.model.optimizer)
 
     def on_train_begin(self, logs: Any = None) -> None:
         no_jit(self.model)
-        self._broadcast(list(self.model.variables) + optimizer_variables(self.model.optimizer))
+        optimizer = self.model.optimizer
+        if optimizer is not None and not optimizer.built and self.model.trainable_variables:
+            optimizer.build(self.model.trainable_variables)
+        variables = self._variables()
+        counts = runtime.allgather_object(len(variables), name="gcurun.broadcast_callback")
+        if len(set(counts)) == 1 and variables:
+            broadcast_variables(variables, self.root_rank, self.process_set)
+            self.broadcast_done = True
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        if self.broadcast_done:
-            return
-        self._broadcast(list(self.model.variables) + optimizer_variables(self.model.optimizer))
-        self.broadcast_done = True
+        if not self.broadcast_done:
+            broadcast_variables(self._variables(), self.root_rank, self.process_set)
+            self.broadcast_done = True
 
 
 class MetricAverageCallback(keras.callbacks.Callback):

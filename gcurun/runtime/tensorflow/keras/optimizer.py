@@ -75,7 +75,7 @@ class _DistributedOptimizer:
                               (lambda v: positions.get(var_key(v))) if keys else None)
         postscale = 1.0 if self._passes == 1 or self._average_passes else float(self._passes)
         reduced = reduce_gradients([grads[i] for i in shared], self._reduction,
-                                   name=f"{self.name}.gradients",  # type: ignore[attr-defined]
+                                   name=f"{getattr(self, 'name', 'optimizer')}.gradients",
                                    groups=groups, postscale=postscale)
         results = list(grads)
         for i, value in zip(shared, reduced, strict=True):
@@ -88,7 +88,7 @@ class _DistributedOptimizer:
         return results
 
 
-def distributed_class(cls: type) -> type:
+def distributed_class(cls: type) -> Any:
     """The class of wrapped ``cls`` optimizers (one per class, so that ``isinstance``
     and saving see the wrapped class's name and module)."""
     found = _classes.get(cls)
@@ -125,7 +125,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
         raise ValueError(f"backward_passes_per_step={backward_passes_per_step}: must be 1 "
                          "or more")
     if isinstance(optimizer, _DistributedOptimizer):
-        raise ValueError(f"{optimizer.name} is wrapped already; wrap the original "
+        raise ValueError(f"{optimizer!r} is wrapped already; wrap the original "
                          "optimizer once")
     how = Reduction(compression, sparse_as_dense, op, gradient_predivide_factor,
                     process_set, device_dense, device_sparse).check()
