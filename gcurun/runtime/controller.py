@@ -49,7 +49,7 @@ from gcurun.runtime.api import (
 )
 from gcurun.runtime.cache import ResponseCache
 from gcurun.runtime.collectives import _finish_reduction, reduce_views
-from gcurun.runtime.dtypes import DTYPE_CODES, NO_DTYPE, UFUNCS
+from gcurun.runtime.dtypes import DTYPE_CODES, NO_DTYPE, UFUNCS, scaling_factor
 from gcurun.runtime.negotiate import OpKind, prepared_sendrecv
 from gcurun.runtime.requests import (
     CACHEABLE,
@@ -288,7 +288,8 @@ class Controller:
         """Put ``op``'s (prescaled) input in my block, to ride with its ready bit."""
         area = self._inline_area[:op.src.nbytes].view(op.src.dtype)
         if op.prescale != 1.0:
-            np.multiply(op.src, op.prescale, out=area, casting="unsafe")
+            np.multiply(op.src, scaling_factor(op.src.dtype, op.prescale), out=area,
+                        casting="unsafe")
         else:
             area[...] = op.src
         self._head[2] = slot + 1

@@ -20,7 +20,7 @@ from gcurun.runtime import algorithms as alg
 from gcurun.runtime import fusion
 from gcurun.runtime.api import ReduceOp, Transport
 from gcurun.runtime.collectives import GATHER_REDUCE_BYTES, Scratch, _deliver, _finish_reduction
-from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale
+from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale, scaling_factor
 from gcurun.runtime.negotiate import OpKind
 from gcurun.runtime.pages import HugePages
 from gcurun.runtime.requests import Agreed, Op
@@ -238,7 +238,8 @@ class Executor:
         self.pages.prepare(src)
         out = src if op.inplace else aligned_empty(len(src), dtype)
         if agreed.prescale != 1.0:
-            np.multiply(src, agreed.prescale, out=out, casting="unsafe")
+            np.multiply(src, scaling_factor(dtype, agreed.prescale), out=out,
+                        casting="unsafe")
             src = out
         return src, out
 
