@@ -199,7 +199,10 @@ def grouped_broadcast(tensors: Tensors, root_rank: int, name: str | None = None,
                                          process_set)
             if runtime.rank() == root_rank:
                 return reduced
-            return [tf.zeros_like(r) for r in reduced]
+            # Zeros that still wait for the reduction: every rank must run it, and a
+            # graph would otherwise drop it (zeros of a known shape need no input).
+            with tf.control_dependencies(reduced):
+                return [tf.zeros_like(r) for r in reduced]
 
         return outs, grad
 
