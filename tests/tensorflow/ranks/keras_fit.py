@@ -2,7 +2,7 @@
 count, checked against a 1-rank run on the full batches that every rank computes itself:
 DistributedOptimizer with BroadcastGlobalVariablesCallback and MetricAverageCallback,
 backward_passes_per_step as Keras' gradient accumulation, the learning-rate warmup,
-load_model, and XLA (refused without the callback, turned off with it). Every rank
+load_model, SyncBatchNormalization, and XLA (refused without the callback, turned off with it). Every rank
 starts from different weights. Prints one summary line per rank.
 
 usage: keras_fit.py DIRECTORY (shared by the ranks, for the saved model)
@@ -120,6 +120,20 @@ class Checks(Tally):
                    shuffle=False, verbose=0)
         self.same(loaded, loaded, "a loaded model trains")
 
+    def sync_batch_norm(self) -> None:
+        """Each rank normalizes its rows with the statistics of every rank's rows: the
+        same outputs and moving statistics as one BatchNormalization over them all."""
+        rows = np.random.default_rng(3).normal(2.0, 3.0, size=(4 * self.size, 5))
+        full = keras.layers.BatchNormalization(momentum=0.5)
+        want = full(rows.astype(np.float32), training=True).numpy()
+        sync = hvd.SyncBatchNormalization(momentum=0.5)
+        mine = slice(4 * self.rank, 4 * (self.rank + 1))
+        got = sync(rows[mine].astype(np.float32), training=True).numpy()
+        self.ok(np.allclose(got, want[mine], atol=1e-4), "SyncBatchNormalization outputs")
+        self.ok(np.allclose(sync.moving_mean.numpy(), full.moving_mean.numpy(), atol=1e-5)
+                and np.allclose(sync.moving_variance.numpy(), full.moving_variance.numpy(),
+                                rtol=1e-4), "SyncBatchNormalization moving statistics")
+
     def xla(self) -> None:
         x, y = shard(self.x), shard(self.y)
         refused = model(self.rank, hvd.DistributedOptimizer(keras.optimizers.SGD(LR)),
@@ -145,6 +159,7 @@ def main() -> None:
     checks.fit(passes=2)
     checks.warmup()
     checks.load(net)
+    checks.sync_batch_norm()
     checks.xla()
     print(f"rank {hvd.rank()} of {hvd.size()} ok ({checks.count} checks)", flush=True)
     hvd.shutdown()
