@@ -5,15 +5,17 @@
     gcurun -np 2 python benchmarks/tf_keras.py
     gcurun --mpi -np 2 python benchmarks/tf_keras.py  # gcurun's mpi backend
 
-Each rank trains three copies of one model (same weights, same synthetic batch) with
-``model.fit``: one compiled with ``gcurun.runtime.tensorflow.keras.DistributedOptimizer``,
-one built in a MultiWorkerMirroredStrategy scope (its workers find each other through a
-TF_CONFIG the ranks agree on through gcurun's runtime first, as the strategy must exist
-before TensorFlow starts), and one alone, without any communication: the floor. They
-take turns, ``--rounds`` times, in an order shuffled every round (the same on every
-rank), so the machine's noise hits all alike; a turn times ``--steps`` steps after one
-untimed fit, and its step time is the slowest rank's mean. Rank 0 prints every round
-and a table of the medians.
+Each rank trains three copies of one Keras model (same weights, same synthetic batch),
+each with a Keras SGD optimizer in a ``tf.function`` training step: one wrapped in
+``gcurun.runtime.tensorflow.keras.DistributedOptimizer``, one built in a
+MultiWorkerMirroredStrategy scope and run with ``strategy.run`` (its workers find each
+other through a TF_CONFIG the ranks agree on through gcurun's runtime first, as the
+strategy must exist before TensorFlow starts), and one alone, without any communication:
+the floor. (Keras 3.15's ``model.fit`` fails under a multi-worker strategy, so the steps
+are written out, the same way for all three.) They take turns, ``--rounds`` times, in an
+order shuffled every round (the same on every rank), so the machine's noise hits all
+alike; a turn times ``--steps`` steps, and its step time is the slowest rank's mean.
+Rank 0 prints every round and a table of the medians.
 
 Options: --batch-size 64 (per rank)  --hidden 1024  --steps 20  --rounds 5
          --threads 1 (TensorFlow threads per rank)  --np 2 (when starting the ranks)
@@ -86,24 +88,31 @@ def run_rank(args: argparse.Namespace) -> None:
     x = rng.normal(size=(args.batch_size, 784)).astype(np.float32)
     y = rng.integers(0, 10, args.batch_size)
 
-    def build(optimizer: Any) -> Any:
-        model = keras.Sequential([keras.Input((784,)),
-                                  keras.layers.Dense(args.hidden, activation="relu"),
-                                  keras.layers.Dense(args.hidden, activation="relu"),
-                                  keras.layers.Dense(10)])
-        model.compile(optimizer=optimizer, jit_compile=False,
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        return model
+    def build() -> Any:
+        return keras.Sequential([keras.Input((784,)),
+                                 keras.layers.Dense(args.hidden, activation="relu"),
+                                 keras.layers.Dense(args.hidden, activation="relu"),
+                                 keras.layers.Dense(10)])
+
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def trainer(model: Any, optimizer: Any) -> Any:
+        def step(xs: Any, ys: Any) -> None:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(ys, model(xs, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return step
 
     keras.utils.set_random_seed(0)
-    alone = build(keras.optimizers.SGD(0.01, momentum=0.9))
+    alone = build()
     weights = alone.get_weights()
-    ours = build(hvd.DistributedOptimizer(keras.optimizers.SGD(0.01, momentum=0.9)))
+    ours = build()
     ours.set_weights(weights)
     with strategy.scope():
-        mirrored = build(keras.optimizers.SGD(0.01, momentum=0.9))
+        mirrored = build()
         mirrored.set_weights(weights)
-    local = tf.data.Dataset.from_tensors((x, y)).repeat()
+        mirrored_step = trainer(mirrored, keras.optimizers.SGD(0.01, momentum=0.9))
     # The strategy splits a global batch between the workers: give it size x the batch,
     # every worker the whole dataset (each takes its share of each batch).
     options = tf.data.Options()
@@ -111,18 +120,28 @@ def run_rank(args: argparse.Namespace) -> None:
         tf.data.experimental.AutoShardPolicy.OFF
     global_batch = tf.data.Dataset.from_tensors(
         (np.tile(x, (hvd.size(), 1)), np.tile(y, hvd.size()))).repeat().with_options(options)
-    runs = {"gcurun": (ours, local), "MultiWorkerMirroredStrategy": (mirrored, global_batch),
-            "no communication": (alone, local)}
+    batches = iter(strategy.experimental_distribute_dataset(global_batch))
+    xs, ys = tf.constant(x), tf.constant(y)
+    ours_step = tf.function(trainer(ours, hvd.DistributedOptimizer(
+        keras.optimizers.SGD(0.01, momentum=0.9))))
+    alone_step = tf.function(trainer(alone, keras.optimizers.SGD(0.01, momentum=0.9)))
+
+    @tf.function
+    def mirrored_run(batch: Any) -> None:
+        strategy.run(mirrored_step, args=batch)
+
+    runs = {"gcurun": lambda: ours_step(xs, ys),
+            "MultiWorkerMirroredStrategy": lambda: mirrored_run(next(batches)),
+            "no communication": lambda: alone_step(xs, ys)}
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for name in VARIANTS:                          # trace and warm up, untimed
-        model, data = runs[name]
-        model.fit(data, steps_per_epoch=args.steps, epochs=1, verbose=0)
+        for _ in range(3):
+            runs[name]()
     for round_ in range(args.rounds):
         order = list(VARIANTS)
         random.Random(round_).shuffle(order)
         for name in order:
-            model, data = runs[name]
-            times[name].append(_timed(runtime, model, data, args.steps))
+            times[name].append(_timed(runtime, runs[name], args.steps))
         if hvd.rank() == 0:
             print(f"round {round_}: " + "  ".join(f"{n} {times[n][-1] * 1e3:.1f} ms/step"
                                                   for n in VARIANTS), flush=True)
@@ -132,13 +151,14 @@ def run_rank(args: argparse.Namespace) -> None:
     hvd.shutdown()
 
 
-def _timed(runtime: Any, model: Any, data: Any, steps: int) -> float:
-    """Seconds per step of the slowest rank, over one fit of ``steps`` steps."""
+def _timed(runtime: Any, step: Any, steps: int) -> float:
+    """Seconds per step of the slowest rank, over ``steps`` steps."""
     import numpy as np
 
     runtime.barrier()
     start = time.perf_counter()
-    model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+    for _ in range(steps):
+        step()
     mine = (time.perf_counter() - start) / steps
     return float(runtime.allreduce(np.array([mine]), op=runtime.Max, name="bench.time")[0])
 
@@ -154,8 +174,8 @@ def report(args: argparse.Namespace, size: int, backend: str, params: int,
         f"({params * 4 / 1e6:.1f} MB of float32 gradients per step), batch "
         f"{args.batch_size} per rank, {size} ranks, {args.threads} TensorFlow thread(s) "
         f"per rank; gcurun backend {backend}",
-        f"# {args.rounds} rounds of one model.fit of {args.steps} steps per variant, in a "
-        "shuffled order; a round's time is the slowest rank's mean",
+        f"# {args.rounds} rounds of {args.steps} steps per variant, in a shuffled order; a "
+        "round's time is the slowest rank's mean",
         "",
         "| variant | median ms/step | best ms/step | median / MultiWorkerMirroredStrategy "
         "| over the floor (ms) |",

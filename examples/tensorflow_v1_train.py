@@ -80,7 +80,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--steps", type=int, default=256, help="global steps in all")
-    parser.add_argument("--lr", type=float, default=0.05, help="before scaling by ranks")
+    parser.add_argument("--lr", type=float, default=0.02, help="before scaling by ranks")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--train-size", type=int, default=8192)
     parser.add_argument("--log-interval", type=int, default=16)
