@@ -73,8 +73,9 @@ def local_rank_op(name: str | None = None) -> tf.Tensor:
 
 
 def size_op(process_set_id: int = 0, name: str | None = None) -> tf.Tensor:
-    """The number of ranks of the job, as a tensor."""
-    return _query_op(runtime.size, name or "HorovodSize")
+    """The number of ranks of the job (or of the process set of that id), as a tensor."""
+    return _query_op(lambda: _set_of(process_set_id).size() if process_set_id else
+                     runtime.size(), name or "HorovodSize")
 
 
 def local_size_op(name: str | None = None) -> tf.Tensor:
@@ -86,17 +87,20 @@ def process_set_included_op(process_set_id: int = 0, name: str | None = None) ->
     def included() -> int:
         if process_set_id == global_process_set.process_set_id:
             return 1
-        found = [s for s in _registered() if s.process_set_id == process_set_id]
-        if not found:
-            raise ValueError(f"process_set_id={process_set_id} is not registered")
-        return int(bool(found[0].included()))
+        return int(bool(_set_of(process_set_id).included()))
 
     return _query_op(included, name or "HorovodProcessSetIncluded")
 
 
-def _registered() -> list[Any]:
+def _set_of(process_set_id: int) -> Any:
+    """The registered process set of that id (the runtime's registry, when it has one)."""
     sets = getattr(runtime, "process_sets", None)
-    return list(sets()) if callable(sets) else []
+    found = [s for s in (sets() if callable(sets) else [])
+             if s.process_set_id == process_set_id]
+    if not found:
+        raise ValueError(f"process_set_id={process_set_id} is not a registered process set; "
+                         "register it with add_process_set() on every rank first")
+    return found[0]
 
 
 def ddl_built() -> bool:

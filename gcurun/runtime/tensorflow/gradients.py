@@ -58,6 +58,9 @@ def reduce_gradients(grads: Sequence[Any], how: Reduction, name: str | None = No
     ``groups`` lists positions reduced together (by default all in one group);
     ``postscale`` multiplies the results (gradient accumulation's sum)."""
     grads = list(grads)
+    included = getattr(how.process_set, "included", None)
+    if callable(included) and included() is False:
+        return grads              # not a member: its gradients stay its own (Horovod's)
     if how.op == Adasum:
         raise NotImplementedError("op=Adasum is not supported by gcurun's TensorFlow "
                                   "binding; use Average or Sum")

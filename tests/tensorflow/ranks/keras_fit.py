@@ -2,8 +2,8 @@
 count, checked against a 1-rank run on the full batches that every rank computes itself:
 DistributedOptimizer with BroadcastGlobalVariablesCallback and MetricAverageCallback,
 backward_passes_per_step as Keras' gradient accumulation, the learning-rate warmup,
-load_model, SyncBatchNormalization, and XLA (refused without the callback, turned off with it). Every rank
-starts from different weights. Prints one summary line per rank.
+load_model, SyncBatchNormalization, and XLA (refused without the callback, turned off
+with it). Every rank starts from different weights. Prints one summary line per rank.
 
 usage: keras_fit.py DIRECTORY (shared by the ranks, for the saved model)
 """
