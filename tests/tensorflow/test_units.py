@@ -16,7 +16,7 @@ keras = pytest.importorskip("keras")
 import gcurun.runtime.tensorflow as hvd  # noqa: E402
 import gcurun.runtime.tensorflow.keras as hvd_keras  # noqa: E402
 from gcurun.errors import PeerFailureError  # noqa: E402
-from gcurun.runtime.api import ArgumentError, MismatchError  # noqa: E402
+from gcurun.runtime import ArgumentError, MismatchError  # noqa: E402
 from gcurun.runtime.tensorflow.errors import (  # noqa: E402
     OK_STATUS,
     mismatch_status,

@@ -15,7 +15,7 @@ except ImportError as _missing:          # pragma: no cover - depends on the ins
     raise ImportError("gcurun.runtime.tensorflow needs TensorFlow; install it with "
                       "`pip install tensorflow-cpu` (or gcurun[tensorflow])") from _missing
 
-from gcurun.runtime.api import (
+from gcurun.runtime import (
     ArgumentError,
     CollectiveTimeout,
     MismatchError,

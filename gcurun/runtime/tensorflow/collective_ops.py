@@ -34,7 +34,7 @@ import tensorflow as tf
 
 import gcurun.runtime as runtime
 from gcurun.errors import CollectiveError
-from gcurun.runtime.api import MismatchError
+from gcurun.runtime import MismatchError
 from gcurun.runtime.tensorflow.errors import OK_STATUS, mismatch_status, status_check, tf_error
 from gcurun.runtime.tensorflow.tensors import host_array, narrow, to_tensor, widen
 

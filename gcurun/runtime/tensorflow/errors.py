@@ -24,7 +24,7 @@ from typing import Any
 import tensorflow as tf
 
 from gcurun.errors import CollectiveError, CollectiveTimeout, PeerFailureError
-from gcurun.runtime.api import ArgumentError, MismatchError, NotInitializedError
+from gcurun.runtime import ArgumentError, MismatchError, NotInitializedError
 
 OK_STATUS = b"/dev/null"
 # Longer paths fail with ENAMETOOLONG (PATH_MAX is 4096) instead of ENOTDIR.

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 import gcurun.runtime as runtime
-from gcurun.runtime.api import ReduceOp
+from gcurun.runtime import ReduceOp
 from gcurun.runtime.tensorflow.collective_ops import collective, executing_eagerly
 from gcurun.runtime.tensorflow.errors import tf_error
 from gcurun.runtime.tensorflow.process_sets import (

@@ -12,7 +12,7 @@ from typing import Any
 import keras as _keras
 import tensorflow as tf
 
-from gcurun.runtime.api import (
+from gcurun.runtime import (
     ArgumentError,
     CollectiveTimeout,
     MismatchError,
