@@ -90,10 +90,17 @@ def check_reduce(op: ReduceOp, dtype: np.dtype, scaled: bool) -> None:
                          "reduce the real and imaginary parts separately")
 
 
+def scaling_factor(dtype: np.dtype, factor: float) -> Any:
+    """``factor`` as the scalar that scales ``dtype`` the way Horovod does: integers in
+    float64 math (truncated back), float16 in float32 math (a Python float would be
+    rounded to float16 first), other dtypes in their own."""
+    return np.float32(factor) if dtype == np.float16 else factor
+
+
 def scale(arr: np.ndarray, factor: float) -> None:
-    """Multiply ``arr`` in place; integer dtypes compute in float64 and truncate."""
+    """Multiply ``arr`` in place (see :func:`scaling_factor` for the arithmetic)."""
     if factor != 1.0:
-        np.multiply(arr, factor, out=arr, casting="unsafe")
+        np.multiply(arr, scaling_factor(arr.dtype, factor), out=arr, casting="unsafe")
 
 
 def average(arr: np.ndarray, size: int, postscale: float) -> None:

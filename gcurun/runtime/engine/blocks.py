@@ -18,6 +18,7 @@ import numpy as np
 
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import Transport
+from gcurun.runtime.dtypes import scaling_factor
 from gcurun.runtime.engine.cache import ResponseCache
 from gcurun.runtime.engine.requests import PENDING, Op, OpKind
 from gcurun.runtime.transport.prepared import prepared_sendrecv
@@ -124,7 +125,8 @@ class Blocks:
         """Put ``op``'s (prescaled) input in my block, to ride with its ready bit."""
         area = self._inline_area[:op.src.nbytes].view(op.src.dtype)
         if op.prescale != 1.0:
-            np.multiply(op.src, op.prescale, out=area, casting="unsafe")
+            np.multiply(op.src, scaling_factor(op.src.dtype, op.prescale), out=area,
+                        casting="unsafe")
         else:
             area[...] = op.src
         self._head[2] = slot + 1

@@ -19,7 +19,7 @@ import numpy as np
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime.algorithms import Part, Pieces, Reducer
 from gcurun.runtime.api import ReduceOp, Transport
-from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale
+from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale, scaling_factor
 from gcurun.runtime.engine import fusion
 from gcurun.runtime.engine._results import deliver as shape_result
 from gcurun.runtime.engine._results import finish_reduction
@@ -240,7 +240,8 @@ class Executor:
         self.pages.prepare(src)
         out = src if op.inplace else aligned_empty(len(src), dtype)
         if agreed.prescale != 1.0:
-            np.multiply(src, agreed.prescale, out=out, casting="unsafe")
+            np.multiply(src, scaling_factor(dtype, agreed.prescale), out=out,
+                        casting="unsafe")
             src = out
         return src, out
 
