@@ -24,8 +24,7 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
     with ssh_reports(stderr):
         job = prepare(command, settings, environ=environ,
                       connect=not dry_run or bool(params.get("preflight")),
-                      master_addr=params.get("master_addr"),
-                      master_port=params.get("master_port"))
+                      master_addr=settings.master_addr, master_port=settings.master_port)
     with job:
         for warning in job.warnings:
             stderr.write(f"gcurun: warning: {warning}\n")

@@ -80,8 +80,9 @@ def plan_job(command: Sequence[str], settings: Settings, *,
         accelerator=settings.accelerator, device_var=DEVICE_VARIABLES[settings.accelerator],
         devices=settings.devices, launcher=settings.launcher,
         local_names=probe_local_names(), job_env=job_env,
-        forwarded_env=settings.forward_env, master_addr=master_addr,
-        this_host=socket.getfqdn(), master_port=master_port or free_port(),
+        forwarded_env=settings.forward_env, master_addr=master_addr or settings.master_addr,
+        this_host=socket.getfqdn(),
+        master_port=master_port or settings.master_port or free_port(),
         workdir=settings.workdir or os.getcwd(), sources=settings.sources)
 
 
@@ -101,6 +102,10 @@ def prepare_plan(plan: LaunchPlan, settings: Settings, *,
                  environ: Mapping[str, str] | None = None,
                  connect: bool = True) -> PreparedJob:
     """Check the remote hosts of a placed ``plan`` and bind it; see :func:`prepare`."""
+    from gcurun.config.paths import check_output_dir, check_timeline
+
+    check_output_dir(settings)
+    check_timeline(settings, plan.workdir, (r.rank for r in plan.ranks if r.is_local))
     sessions: dict[str, HostSession] = {}
     if connect and plan.launcher == "ssh":
         from gcurun.launch.ssh.preflight import preflight_plan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gcurun.config.schema import MAX_RANKS
 from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.locality import is_local_host
@@ -19,12 +20,19 @@ def assign_ranks(hosts: Sequence[HostSpec], np: int | None, oversubscribe: bool)
     every slot gets a rank. Past the total, ``oversubscribe`` deals one more rank to each
     host in turn (never past a host's ``max_slots``).
 
-    Raises PlanError when ``np`` is not positive or exceeds what the hosts may take."""
+    Raises PlanError when ``np`` is not positive or exceeds what the hosts may take, and
+    for more than MAX_RANKS ranks."""
     total = sum(h.slots for h in hosts)
     if np is None:
+        if total > MAX_RANKS:
+            raise PlanError(f"the hosts have {total} slots in all, and a rank for each is "
+                            f"more than the {MAX_RANKS} ranks gcurun can plan; give -np or "
+                            "fewer slots")
         return [h.slots for h in hosts]
     if np < 1:
         raise PlanError(f"-np {np}: the number of ranks must be at least 1")
+    if np > MAX_RANKS:
+        raise PlanError(f"-np {np}: gcurun plans at most {MAX_RANKS} ranks; lower -np")
     listed = ", ".join(f"{h.display}:{h.slots}" for h in hosts)
     if np > total and not oversubscribe:
         raise PlanError(
