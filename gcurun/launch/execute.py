@@ -17,7 +17,7 @@ from gcurun.launch.api import Event, LaunchPlan, RankGroup
 from gcurun.launch.prepare import PreparedJob, prepare_plan
 from gcurun.launch.remote.rank_env import ANY_ADDRESS, RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.launch.supervision.output import OutputSink
-from gcurun.launch.supervision.supervise import InterruptEvent, supervise
+from gcurun.launch.supervision.supervise import InterruptEvent, stop_groups, supervise
 
 
 class _Startable(Protocol):
@@ -49,22 +49,35 @@ def group_factory(launcher: str) -> GroupFactory:
 
 @contextlib.contextmanager
 def signals_to(events: queue.Queue[Event | InterruptEvent]) -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM become events on ``events`` (main thread only)."""
+    """While inside, SIGINT and SIGTERM become events on ``events`` (main thread only).
+
+    A handler runs in the main thread between two bytecodes, possibly while that thread
+    holds ``events``' lock inside ``events.get()``: putting on ``events`` there would wait
+    for itself forever. The handler only puts on a SimpleQueue, whose put is reentrant,
+    and a thread moves the event on."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {}
+    arrived: queue.SimpleQueue[InterruptEvent | None] = queue.SimpleQueue()
+
+    def relay() -> None:
+        while (event := arrived.get()) is not None:
+            events.put(event)
 
     def handler(signum: int, _frame: object) -> None:
-        events.put(InterruptEvent(signum, signal.Signals(signum).name))
+        arrived.put(InterruptEvent(signum, signal.Signals(signum).name))
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        previous[signum] = signal.signal(signum, handler)
+    mover = threading.Thread(target=relay, daemon=True, name="signals")
+    mover.start()
+    previous = {signum: signal.signal(signum, handler)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+        arrived.put(None)
+        mover.join()
 
 
 @contextlib.contextmanager
@@ -133,14 +146,14 @@ def _run_groups(job: PreparedJob, sink: OutputSink, secrets: Mapping[str, str]) 
     groups = group_factory(job.plan.launcher)(job, secrets)
     grace = job.settings.grace_seconds
     with signals_to(events):
-        started: list[RankGroup] = []
         try:
             for group in groups:
                 group.start(events)  # type: ignore[arg-type]
-                started.append(group)
         except BaseException:
-            for group in started:
-                group.terminate(grace)
+            # Whatever went wrong (a missing program, no thread or process left), every
+            # group is stopped, the one being started too: terminate is safe at any point.
+            for t in stop_groups(groups, grace):
+                t.join()
             raise
         supervise(groups, events, {r.rank: r.host for r in job.plan.ranks}, sink,
                   grace_seconds=grace)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gcurun.config.api import DEVICE_VARIABLES, Settings
+from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.api import LaunchPlan
 
@@ -95,7 +96,35 @@ def prepare(command: Sequence[str], settings: Settings, *,
     nothing started) or UsageError (a bad ssh config)."""
     plan = plan_job(command, settings, environ=environ, master_addr=master_addr,
                     master_port=master_port)
-    return prepare_plan(plan, settings, environ=environ, connect=connect)
+    crowded = crowding(plan, usable_cpus())
+    if crowded and not settings.oversubscribe:
+        raise PlanError(f"{crowded}; lower -np, add hosts, or pass --oversubscribe")
+    job = prepare_plan(plan, settings, environ=environ, connect=connect)
+    if crowded:
+        job.warnings = (f"{crowded} (allowed by --oversubscribe)", *job.warnings)
+    return job
+
+
+# Local ranks per CPU this process may use, beyond which a job needs --oversubscribe.
+RANKS_PER_CPU = 4
+
+
+def usable_cpus() -> int:
+    """How many CPUs this process may run on (its affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def crowding(plan: LaunchPlan, cpus: int) -> str | None:
+    """The arithmetic of too many ranks on this host, or None when they fit: more than
+    RANKS_PER_CPU per CPU only crowds the cores (and starts slowly)."""
+    here = sum(1 for r in plan.ranks if r.is_local)
+    if here <= RANKS_PER_CPU * cpus:
+        return None
+    return (f"{here} ranks on this host are more than {RANKS_PER_CPU} x the {cpus} CPUs "
+            f"this process may use ({here} > {RANKS_PER_CPU * cpus})")
 
 
 def prepare_plan(plan: LaunchPlan, settings: Settings, *,

@@ -78,7 +78,7 @@ def test_ctrl_c_stops_an_mpi_job(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    assert "gcurun received SIGINT; stopped every rank" in err
+    assert "gcurun: interrupted by SIGINT; stopped every rank" in err
     records = read_ranks(tmp_path, 2)
     assert survivors([r["pid"] for r in records] + [r["grandchild"] for r in records]) == []
 
