@@ -48,7 +48,9 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
         sink = OutputSink(stdout, stderr, color=use_color(params.get("color", "auto"), stdout,
                                                           environ),
                           show_ranks=settings.show_ranks, output_dir=settings.output_dir)
-        with ssh_reports(stderr):
+        from gcurun.cli.sshlog import warnings_of
+
+        with ssh_reports(stderr), warnings_of("gcurun.rendezvous", stderr):
             execute(job, sink)
     return 0
 

@@ -81,30 +81,52 @@ def signals_to(events: queue.Queue[Event | InterruptEvent]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def job_rendezvous(plan: LaunchPlan) -> Iterator[dict[str, str]]:
+def job_rendezvous(job: PreparedJob) -> Iterator[dict[str, str]]:
     """Serve the tcp runtime's rendezvous for the job's life, when the job may use it.
 
+    It listens only on the addresses the ranks are given: loopback for this host's ranks,
+    and for each SSH host this host's address on that host's connection (every address,
+    as before, when a connection goes through a proxy and has none of its own).
     Yields the variables every rank gets off its command line: GCURUN_RENDEZVOUS and the
     per-job GCURUN_SECRET. mpirun jobs use the mpi backend and one-rank jobs need none.
     """
+    plan = job.plan
     if plan.launcher == "mpi" or plan.size < 2:
         yield {}
         return
     from gcurun.rendezvous.server import RendezvousServer, new_secret
 
     secret = new_secret()
-    if all(r.is_local for r in plan.ranks):
-        server, host = RendezvousServer("127.0.0.1", 0, secret=secret, size=plan.size), \
-            "127.0.0.1"
-        server.start()
-    else:
+    addresses = rank_facing_addresses(job)
+    if addresses is None:
         server = start_on_any_address(
             lambda host: RendezvousServer(host, 0, secret=secret, size=plan.size))
-        host = ANY_ADDRESS
+    else:
+        server = RendezvousServer(addresses, 0, secret=secret, size=plan.size)
+        server.start()
+    host = "127.0.0.1" if all(r.is_local for r in plan.ranks) else ANY_ADDRESS
     try:
         yield {RENDEZVOUS_VARIABLE: f"{host}:{server.address[1]}", SECRET_VARIABLE: secret.hex()}
     finally:
         server.close()
+
+
+def rank_facing_addresses(job: PreparedJob) -> list[str] | None:
+    """The addresses of this host that the job's ranks are told to reach it at (see
+    :func:`job_rendezvous`), or None when some are not known as addresses."""
+    import ipaddress
+
+    found = ["127.0.0.1"] if any(r.is_local for r in job.plan.ranks) else []
+    if job.plan.launcher == "ssh":
+        from gcurun.launch.ssh.rank_group import launcher_address
+
+        found += [launcher_address(session) for session in job.sessions.values()]
+    try:
+        for address in found:
+            ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    return list(dict.fromkeys(found)) or None
 
 
 def start_on_any_address(make: Callable[[str], Server]) -> Server:
@@ -129,7 +151,7 @@ def execute(job: PreparedJob, sink: OutputSink,
     sessions are closed at the end whatever happened.
     """
     try:
-        with job_rendezvous(job.plan) as rendezvous:
+        with job_rendezvous(job) as rendezvous:
             _run_groups(job, sink, {**rendezvous, **(secrets or {})})
     finally:
         job.close()
