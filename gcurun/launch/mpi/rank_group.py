@@ -255,9 +255,14 @@ def mpi_command(plan: LaunchPlan, settings: Settings, *, secrets: Mapping[str, s
                 hostfile_path: str, flavour: MPIFlavour | None = None,
                 environ: Mapping[str, str] | None = None) -> tuple[MpirunCommand, MPIFlavour]:
     """The command (and probed flavour) for ``plan``: what --dry-run shows and runs."""
-    from gcurun.launch.mpi.command import probe_mpi_flavour
+    import dataclasses
 
-    flavour = flavour or probe_mpi_flavour(settings.mpi.mpirun)
+    from gcurun.launch.mpi.command import mpirun_program, probe_mpi_flavour
+
+    mpirun = mpirun_program(settings.mpi.mpirun)
+    settings = dataclasses.replace(settings, mpi=dataclasses.replace(settings.mpi,
+                                                                     mpirun=mpirun))
+    flavour = flavour or probe_mpi_flavour(mpirun)
     python = settings.ssh.python or sys.executable
     interfaces = local_interfaces() if settings.mpi.network_interface and \
         flavour.kind != "openmpi" else None
