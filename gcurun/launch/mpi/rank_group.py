@@ -44,6 +44,9 @@ _HYDRA_END = re.compile(r"RANK (\d+) PID \d+ RUNNING AT \S+\s*\n[=\s]*"
 # says "mpirun has exited", 5 "prterun has exited".
 _OMPI_IMPROPER = re.compile(r"has exited due to process rank (\d+) with PID \d+ on\s+"
                             r"node \S+ exiting\s+improperly")
+# mpirun lost the daemon of a host: that host's ranks are lost (mpirun may still exit 0).
+_LOST_DAEMON = re.compile(r"lost communication with a remote daemon.*?Remote daemon\s*:"
+                          r"\s*\S+\s+on node (\S+)", re.S)
 # What mpirun says when it is told to stop more than once: never news to the user.
 _STOP_NOISE = re.compile(r"hit ctrl-c again|Abort is in progress|abort is already in "
                          r"progress", re.I)
@@ -116,6 +119,7 @@ class MpiRankGroup:
                  notice: Callable[[str], None] = default_notice,
                  cleanup_dir: str | None = None, grace_seconds: float = 10.0) -> None:
         self._ranks = [r.rank for r in plan.ranks]
+        self._hosts = {r.rank: r.host for r in plan.ranks}
         self._command = command
         self._flavour = flavour
         self._workdir = plan.workdir
@@ -222,12 +226,15 @@ class MpiRankGroup:
             events.put(event)
 
     def _exit_events(self, code: int) -> list[ExitEvent]:
+        with self._lock:
+            text = "".join(self._messages)
+        lost = _LOST_DAEMON.search(text)
+        if lost is not None:
+            return self._lost_host(lost.group(1), code)
         if code == 0:
             return [ExitEvent(r, exit_code=0) for r in self._ranks]
         if code < 0:
             return [ExitEvent(r, exit_code=None, signal=-code) for r in self._ranks]
-        with self._lock:
-            text = "".join(self._messages)
         failure = parse_mpirun_failure(text)
         if failure is None or failure.rank not in self._ranks:
             lines = [line.strip() for line in text.splitlines()
@@ -250,6 +257,19 @@ class MpiRankGroup:
         return [first_event] + [ExitEvent(r, exit_code=None, signal=int(signal.SIGTERM),
                                           error_text=stopped)
                                 for r in self._ranks if r != failure.rank]
+
+    def _lost_host(self, node: str, code: int) -> list[ExitEvent]:
+        """mpirun lost its daemon on ``node``: that host's first rank is the root cause
+        (exit code 255, as for a lost SSH host), whatever mpirun's own status."""
+        short = node.split(".")[0]
+        there = [r for r in self._ranks if self._hosts[r] in (node, short)] or self._ranks
+        why = (f"mpirun lost its daemon on {node} (killed, or the host or its network went "
+               f"down) and ended the job (mpirun's status {code})")
+        first = there[0]
+        return [ExitEvent(first, exit_code=255, error_text=why)] + [
+            ExitEvent(r, exit_code=None, signal=int(signal.SIGTERM),
+                      error_text=f"stopped by mpirun after it lost {node}")
+            for r in self._ranks if r != first]
 
     def _remove_files(self) -> None:
         if self._cleanup_dir:

@@ -4,7 +4,9 @@ mpirun starts every rank with one environment. This shim runs first on each rank
 who the rank is from the MPI launcher's variables, sets gcurun's rank environment
 (GCURUN_*, HOROVOD_*, torch's variables, the device variable; the same names the local
 and SSH launchers set) and execs the command, so ``bash run.sh`` and ``python train.py``
-both work. Standard library only; it imports nothing heavy.
+both work. Before the exec it starts the rank's guard (:mod:`.rank_guard`), which stops
+the rank's process group if the MPI daemon dies. Standard library only; it imports nothing
+heavy.
 
 Identity sources, first match wins:
 
@@ -34,6 +36,7 @@ from gcurun.errors import HostSpecError
 from gcurun.hosts.slurm import parse_tasks_per_node
 from gcurun.launch.remote.bind_exec import exec_command
 from gcurun.launch.remote.rank_env import rank_environment
+from gcurun.launch.remote.rank_guard import start_rank_guard
 
 EXIT_USAGE = 2
 _SOURCES = (
@@ -183,6 +186,7 @@ def main(argv: list[str]) -> None:
     except ShimError as exc:
         sys.stderr.write(f"gcurun mpi shim: {exc}\n")
         sys.exit(EXIT_USAGE)
+    start_rank_guard()   # the rank's group is stopped even if the MPI daemon is killed
     exec_command(argv, "gcurun mpi shim")
 
 
