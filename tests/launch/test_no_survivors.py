@@ -180,3 +180,36 @@ def test_a_signal_stops_a_start_of_thousands_of_ranks(tmp_path):
     assert proc.returncode == 130, err
     assert "gcurun: interrupted by SIGINT; stopped every rank" in err, err
     assert count < 20000
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_ssh_preflight_ends_gcurun_as_during_the_run(tmp_path, signum):
+    """A host that accepts the connection but never answers keeps the preflight waiting:
+    a signal then ends gcurun at once with 128+N and its one-line message."""
+    import socket
+
+    silent = socket.create_server(("127.0.0.1", 0))
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host silent\n  HostName 127.0.0.1\n  Port {silent.getsockname()[1]}\n")
+    try:
+        proc = start_gcurun("-H", "silent:1", "--ssh-config", str(config), "--ssh-timeout",
+                            "60", "true")
+        wait_for("gcurun to connect", lambda: _accepted(silent), 60)
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        print(f"{signal.Signals(signum).name} to exit: {time.monotonic() - sent:.2f} s")
+    finally:
+        silent.close()
+    assert proc.returncode == 128 + signum, err
+    assert err == f"gcurun: interrupted by {signal.Signals(signum).name}; stopped every rank\n"
+
+
+def _accepted(server) -> bool:
+    server.settimeout(0.05)
+    try:
+        conn, _ = server.accept()
+    except TimeoutError:
+        return False
+    _accepted.held = conn   # type: ignore[attr-defined]  # kept open, never answered
+    return True
