@@ -126,7 +126,12 @@ class Guard:
 
     def __init__(self, grace: float) -> None:
         read_fd, self.fd = os.pipe()
-        self.pid = os.fork()
+        try:
+            self.pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(self.fd)
+            raise
         if self.pid == 0:   # the guard
             code = 0
             try:
@@ -339,7 +344,10 @@ class Bootstrap:
 
     # -- the loop -----------------------------------------------------------------------
     def run(self, job: Mapping[str, Any]) -> int:
-        self.guard = Guard(float(job.get("kill_grace", DEFAULT_KILL_GRACE)))
+        try:
+            self.guard = Guard(float(job.get("kill_grace", DEFAULT_KILL_GRACE)))
+        except OSError:
+            self.guard = None   # no process left for it: the ranks still die with us
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         os.set_blocking(wake_r, False)
@@ -351,7 +359,8 @@ class Bootstrap:
         self.selector.register(wake_r, selectors.EVENT_READ, ("signal", None))
         self.selector.register(self.stdin_fd, selectors.EVENT_READ, ("control", None))
         if not self.start(job):
-            self.guard.done()
+            if self.guard is not None:
+                self.guard.done()
             return 1
         self.obey(self.messages.feed(b""))  # what came with the job
         while self.to_start or self.more or self.running or self.draining:
@@ -370,7 +379,8 @@ class Bootstrap:
             self.tick()
         for r in self.ranks.values():   # strays left in a finished rank's group
             signal_group(r.proc.pid, signal.SIGKILL)
-        self.guard.done()
+        if self.guard is not None:
+            self.guard.done()
         return 0
 
     def on_signal(self, signum: int) -> None:
