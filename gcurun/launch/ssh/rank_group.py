@@ -88,12 +88,15 @@ def ssh_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[RankGroup]:
     plan = job.plan
     groups: list[RankGroup] = list(local_groups(job, with_launcher_address(secrets,
                                                                             "127.0.0.1")))
+    by_host: dict[str, list[RankSpec]] = {}
+    for r in plan.ranks:                     # one pass, for plans of thousands of hosts
+        by_host.setdefault(r.host, []).append(r)
     for name in remote_hosts(plan):
         session = job.sessions.get(name)
         if session is None:
             raise LaunchError(f"host {name!r} has not passed the SSH preflight; prepare the "
                               "job with its hosts checked (connect=True) before running it")
-        groups.append(SSHRankGroup(session, plan.ranks_on(name), workdir=plan.workdir,
+        groups.append(SSHRankGroup(session, by_host[name], workdir=plan.workdir,
                                    secrets=secrets_for(session, secrets),
                                    kill_grace=job.settings.grace_seconds))
     return groups
