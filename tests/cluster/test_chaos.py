@@ -33,6 +33,7 @@ def test_five_chaos_rounds(netns_cluster, tmp_path):
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(3600)
 def test_thirty_chaos_rounds(netns_cluster, tmp_path):
     seed = int(os.environ.get("GCURUN_CHAOS_SEED") or random.randrange(1 << 30))
     check(netns_cluster, tmp_path, seed, 30)

@@ -87,6 +87,7 @@ def test_sigterm_after_the_ranks_reported_under_load(netns_cluster, tmp_path, bu
 
 
 @pytest.mark.stress
+@pytest.mark.timeout(3600)
 def test_sigterm_after_the_ranks_reported_under_load_50_times(netns_cluster, tmp_path,
                                                                busy_cpus):
     repeat(netns_cluster, tmp_path, 50)
