@@ -106,3 +106,18 @@ def test_an_endless_file_is_read_only_up_to_a_cap(capsys, option):
     assert code == 2
     kind, cap = ("hostfile", 8) if option == "--hostfile" else ("profile", 4)
     assert err.startswith(f"gcurun: error: {kind} '/dev/zero' is larger than {cap} MiB")
+
+
+def test_more_local_ranks_than_four_per_usable_cpu_need_oversubscribe(capsys):
+    cpus = len(os.sched_getaffinity(0))
+    many = str(4 * cpus + 1)
+    code, err = gcurun(capsys, "-np", many, "--dry-run", "true")
+    assert code == 2
+    assert err == (f"gcurun: error: {many} ranks on this host are more than 4 x the {cpus} "
+                   f"CPUs this process may use ({many} > {4 * cpus}); lower -np, add hosts, "
+                   "or pass --oversubscribe\n")
+    code, err = gcurun(capsys, "-np", many, "--oversubscribe", "--dry-run", "true")
+    assert code == 0
+    assert err == (f"gcurun: warning: {many} ranks on this host are more than 4 x the {cpus} "
+                   f"CPUs this process may use ({many} > {4 * cpus}) (allowed by "
+                   "--oversubscribe)\n")
