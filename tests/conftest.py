@@ -15,3 +15,19 @@ if ROOT not in _paths:
     os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *_paths])
 for _name in [name for name in os.environ if name.startswith("SLURM_")]:
     del os.environ[_name]
+
+
+# Markers of long runs that only run when the -m expression names them (pytest -m stress,
+# -m chaos); the default run has a short version of each.
+OPT_IN_MARKERS = ("stress", "chaos")
+
+
+def pytest_collection_modifyitems(config, items):
+    expression = config.getoption("markexpr") or ""
+    kept, dropped = [], []
+    for item in items:
+        opt_in = [m for m in OPT_IN_MARKERS if item.get_closest_marker(m)]
+        (dropped if opt_in and not any(m in expression for m in opt_in) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

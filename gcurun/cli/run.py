@@ -21,6 +21,7 @@ SETTING_KEYS = {
     "launcher": "launcher", "bind_to": "bind_to", "map_by": "map_by",
     "report_bindings": "report_bindings", "output_dir": "output_dir",
     "grace_seconds": "grace_seconds", "workdir": "workdir",
+    "master_addr": "master_addr", "master_port": "master_port",
     "ssh_user": "ssh.user", "ssh_port": "ssh.port", "ssh_identity_file": "ssh.identity_file",
     "host_key_policy": "ssh.host_key_policy", "python": "ssh.python",
     "ssh_timeout": "ssh.timeout", "ssh_config": "ssh.config_file",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gcurun.config.api import MPISettings, RuntimeSettings, Settings, SSHSettings
-from gcurun.config.schema import KEYS, KEYS_BY_PATH, Key
+from gcurun.config.schema import KEYS, KEYS_BY_PATH, MAX_FUSION_MB, Key
 from gcurun.errors import HostSpecError, UsageError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.hostfile import read_hostfile as _read_hostfile
@@ -53,7 +53,9 @@ class _Alias:
 
 _HOROVOD: dict[str, _Alias] = {
     "runtime.fusion_threshold_mb": _Alias(
-        "HOROVOD_FUSION_THRESHOLD", Key("runtime.fusion_threshold_mb", "int", low=0),
+        "HOROVOD_FUSION_THRESHOLD",
+        Key("runtime.fusion_threshold_mb", "int", low=0,
+            high=MAX_FUSION_MB * _BYTES_PER_MB),
         1.0 / _BYTES_PER_MB),
     "runtime.cycle_time_ms": _Alias("HOROVOD_CYCLE_TIME", KEYS_BY_PATH["runtime.cycle_time_ms"]),
     "runtime.timeline": _Alias("HOROVOD_TIMELINE", KEYS_BY_PATH["runtime.timeline"]),
@@ -254,6 +256,8 @@ def _normalise_cli(cli: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"not settings: {', '.join(unknown)}")
     values = dict(cli)
+    for path, value in values.items():
+        _check_cli_number(KEYS_BY_PATH[path], value)
     for path in ("hosts", "devices", "forward_env", "show_ranks"):
         if values.get(path) is not None:
             values[path] = tuple(values[path])
@@ -268,6 +272,16 @@ def _normalise_cli(cli: Mapping[str, Any]) -> dict[str, Any]:
     if "hosts" in values and "hostfile" in values:
         raise UsageError("hosts (-H) and a hostfile (--hostfile) were both given; give one")
     return values
+
+
+def _check_cli_number(key: Key, value: Any) -> None:
+    """Refuse a number given on the command line that the key does not accept (NaN,
+    infinities and values out of range), quoting the option and the value."""
+    if key.kind not in ("int", "float") or value is None or isinstance(value, bool):
+        return
+    if not key.in_range(value):
+        raise UsageError(f"{key.option} {_variable_text(value)}: expected {key.expected()}; "
+                         f"give {key.option} a value in that range")
 
 
 def _choose_hosts(layers: Iterable[_Layer], chosen: dict[str, Any],

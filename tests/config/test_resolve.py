@@ -428,11 +428,11 @@ def test_unrelated_variables_are_ignored():
 
 
 @pytest.mark.parametrize(("variable", "text", "rule"), [
-    ("GCURUN_NP", "eight", "an integer of at least 1"),
-    ("GCURUN_NP", "0", "an integer of at least 1"),
+    ("GCURUN_NP", "eight", "an integer from 1 to 1048576"),
+    ("GCURUN_NP", "0", "an integer from 1 to 1048576"),
     ("GCURUN_SSH_PORT", "70000", "an integer from 1 to 65535"),
-    ("GCURUN_GRACE_SECONDS", "nan", "a number of at least 0"),
-    ("GCURUN_CYCLE_TIME_MS", "0", "a number above 0"),
+    ("GCURUN_GRACE_SECONDS", "nan", "a number from 0 to 86400"),
+    ("GCURUN_CYCLE_TIME_MS", "0", "a number above 0 and at most 60000"),
     ("GCURUN_OVERSUBSCRIBE", "maybe", "true or false"),
     ("GCURUN_TIMELINE_MARK_CYCLES", "2", "true or false"),
     ("GCURUN_ACCELERATOR", "gpu", "one of gcu, cuda, rocm, ascend, mlu, none"),
@@ -440,9 +440,9 @@ def test_unrelated_variables_are_ignored():
     ("GCURUN_SSH_HOST_KEY_POLICY", "never", "one of strict, accept-new, off"),
     ("GCURUN_DEVICES", "0,,1", "a list of device ids"),
     ("GCURUN_MPI_ARGS", "--mca 'btl", "a list of arguments or one string"),
-    ("HOROVOD_FUSION_THRESHOLD", "64MB", "an integer of at least 0"),
-    ("HOROVOD_CYCLE_TIME", "fast", "a number above 0"),
-    ("HOROVOD_STALL_CHECK_TIME_SECONDS", "-1", "a number of at least 0"),
+    ("HOROVOD_FUSION_THRESHOLD", "64MB", "an integer from 0 to 68719476736"),
+    ("HOROVOD_CYCLE_TIME", "fast", "a number above 0 and at most 60000"),
+    ("HOROVOD_STALL_CHECK_TIME_SECONDS", "-1", "a number from 0 to 604800"),
 ])
 def test_bad_environment_values_name_the_variable(variable, text, rule):
     with pytest.raises(UsageError) as info:
@@ -504,7 +504,7 @@ def test_explain_settings_lists_every_key_with_value_and_source():
     assert [row[0] for row in rows if "." not in row[0] or row[0].startswith("env.")] == [
         "np", "hosts", "hostfile", "oversubscribe", "accelerator", "devices", "launcher",
         "env", "env.A", "forward_env", "bind_to", "map_by", "report_bindings", "output_dir",
-        "show_ranks", "grace_seconds", "workdir"]
+        "show_ranks", "grace_seconds", "workdir", "master_addr", "master_port"]
     assert by_key["np"] == (4, "cli")
     assert by_key["env.A"] == ("x", "profile:p.yaml:2")
     assert by_key["ssh.port"] == (2222, "profile:p.yaml:4")

@@ -4,7 +4,9 @@ mpirun starts every rank with one environment. This shim runs first on each rank
 who the rank is from the MPI launcher's variables, sets gcurun's rank environment
 (GCURUN_*, HOROVOD_*, torch's variables, the device variable; the same names the local
 and SSH launchers set) and execs the command, so ``bash run.sh`` and ``python train.py``
-both work. Standard library only; it imports nothing heavy.
+both work. Before the exec it starts the rank's guard (:mod:`.rank_guard`), which stops
+the rank's process group if the MPI daemon dies. Standard library only; it imports nothing
+heavy.
 
 Identity sources, first match wins:
 
@@ -53,6 +55,7 @@ from gcurun.launch.remote.rank_env import (
     rank_environment,
     show_address,
 )
+from gcurun.launch.remote.rank_guard import start_rank_guard
 
 EXIT_USAGE = 2
 # srun's --job-name names gcurun's step, and its tasks see that as SLURM_JOB_NAME; the
@@ -327,6 +330,7 @@ def main(argv: list[str]) -> None:
     except ShimError as exc:
         sys.stderr.write(f"gcurun mpi shim: {exc}\n")
         sys.exit(EXIT_USAGE)
+    start_rank_guard()   # the rank's group is stopped even if the MPI daemon is killed
     if binding is not None:
         exec_with_binding(binding.cpus, binding.numa_node if binding.mem_bind else None,
                           argv, "gcurun mpi shim")
