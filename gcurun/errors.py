@@ -121,7 +121,7 @@ class JobInterrupted(GcurunError):
     def __init__(self, signum: int, signal_name: str):
         self.signum = signum
         self.exit_code = 128 + signum
-        super().__init__(f"gcurun received {signal_name}; stopped every rank")
+        super().__init__(f"interrupted by {signal_name}; stopped every rank")
 
 
 class CollectiveError(GcurunError):

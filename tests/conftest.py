@@ -1,6 +1,8 @@
 """Suite-wide setup: every process the tests start can import this checkout's gcurun,
 whether or not it is pip-installed (ranks, the MPI shim and the SSH bootstrap run
-``python -m gcurun...``)."""
+``python -m gcurun...``); and the suite runs the same inside a Slurm allocation as
+outside one (gcurun reads an allocation's hosts from SLURM_* variables: the tests that
+need an allocation make their own)."""
 
 from __future__ import annotations
 
@@ -11,3 +13,21 @@ ROOT = str(Path(__file__).resolve().parent.parent)
 _paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 if ROOT not in _paths:
     os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *_paths])
+for _name in [name for name in os.environ if name.startswith("SLURM_")]:
+    del os.environ[_name]
+
+
+# Markers of long runs that only run when the -m expression names them (pytest -m stress,
+# -m chaos); the default run has a short version of each.
+OPT_IN_MARKERS = ("stress", "chaos")
+
+
+def pytest_collection_modifyitems(config, items):
+    expression = config.getoption("markexpr") or ""
+    kept, dropped = [], []
+    for item in items:
+        opt_in = [m for m in OPT_IN_MARKERS if item.get_closest_marker(m)]
+        (dropped if opt_in and not any(m in expression for m in opt_in) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

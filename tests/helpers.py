@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -26,6 +27,15 @@ class Tally:
     def ok(self, condition: bool, what: str) -> None:
         assert condition, f"rank {self.rank}/{self.size}: {what}"
         self.count += 1
+
+
+def skip_without(module: str, install: str) -> None:
+    """Skip the test unless ``module`` is installed, without importing it here: importing
+    paddle sets OMP_NUM_THREADS in this process, which later tests' ranks would inherit."""
+    import pytest
+
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"needs {module} ({install})")
 
 
 def wait_for(what: str, predicate: Callable[[], bool], timeout: float = 30.0) -> None:

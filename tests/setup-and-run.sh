@@ -2,7 +2,9 @@
 # Install what the test suite needs on a fresh Debian/Ubuntu machine (as root), then run it.
 #   system: openssh-server (sshd for the namespace hosts), iproute2 (ip netns), numactl,
 #           slurm-wlm and munge (a Slurm on the namespace hosts), libpmix-dev (srun --mpi=pmix)
-#   python: gcurun with its dev extra (pytest, pytest-timeout, ruff, mypy), torch 2.13.0 (CPU)
+#   python: gcurun with its dev and tensorflow extras (pytest, pytest-timeout, ruff, mypy;
+#           tensorflow-cpu, with Keras 3), torch 2.13.0 (CPU), paddlepaddle 3.3.1 (CPU) and
+#           jax 0.10.2 (their distributed modes under gcurun)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
@@ -19,10 +21,15 @@ if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
     fi
 fi
-python3 -m pip install -q -e '.[dev]'
+python3 -m pip install -q -e '.[dev,tensorflow]'
 # The CPU build of PyTorch for the tests of gcurun.runtime.torch (pinned: an unpinned torch
 # pulls several GB of CUDA packages).
 python3 -m pip install -q torch==2.13.0
+# Paddle's and JAX's CPU builds (about a minute), for the tests of their own distributed
+# modes under gcurun (tests/frameworks, tests/cluster/test_slurm_launch.py); those tests
+# skip where a framework is missing, so a broken install must fail here.
+python3 -m pip install -q paddlepaddle==3.3.1 jax==0.10.2
+python3 -c "import paddle, jax"
 ruff check .
 mypy
 python3 -m pytest -q "$@"

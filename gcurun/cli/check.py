@@ -28,6 +28,12 @@ def mpi_library_version() -> str:
         return f"unavailable ({type(exc).__name__}: {exc})"
 
 
+def mpirun_program(name: str) -> str:
+    from gcurun.launch.mpi.command import mpirun_program as program
+
+    return program(name)
+
+
 def tool_version(name: str) -> str:
     path = shutil.which(name)
     if path is None:
@@ -47,7 +53,7 @@ def rows(accelerator: str, sysfs: str) -> list[tuple[str, str]]:
         ("gcurun", f"{__version__} ({os.path.dirname(os.path.abspath(__file__))[:-4]})"),
         ("python", f"{platform.python_version()} ({sys.executable})"),
         ("mpi", mpi_library_version()),
-        ("mpirun", tool_version("mpirun")),
+        ("mpirun", tool_version(mpirun_program("mpirun"))),
         ("numactl", shutil.which("numactl") or "not found on PATH"),
     ]
     topo = probe_topology(sysfs)

@@ -3,17 +3,51 @@ then a dry-run listing or a running job. The only place that prints what they re
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gcurun.config.api import Settings
-from gcurun.errors import UsageError
+from gcurun.errors import JobInterrupted, UsageError
 from gcurun.launch.api import LaunchPlan
+
+if TYPE_CHECKING:
+    from gcurun.launch.prepare import PreparedJob
 
 
 def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, Any],
            environ: Mapping[str, str], *, stdout: TextIO, stderr: TextIO) -> int:
-    """Resolve settings, prepare the job, then print it (--dry-run) or run it."""
+    """Resolve settings, prepare the job, then print it (--dry-run) or run it. SIGINT or
+    SIGTERM before the ranks run (during the SSH preflight, say) ends it as one during
+    the run does: JobInterrupted, exit 128+N."""
+    with interrupts_raise():
+        return _launch(command, cli, params, environ, stdout=stdout, stderr=stderr)
+
+
+@contextlib.contextmanager
+def interrupts_raise() -> Iterator[None]:
+    """While inside, SIGINT and SIGTERM raise JobInterrupted in the main thread (the run
+    itself turns them into events of its own while it supervises the ranks)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum: int, _frame: object) -> None:
+        raise JobInterrupted(signum, signal.Signals(signum).name)
+
+    previous = {signum: signal.signal(signum, interrupted)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, Any],
+            environ: Mapping[str, str], *, stdout: TextIO, stderr: TextIO) -> int:
     from gcurun.cli.sshlog import ssh_reports
     from gcurun.config.resolve import load_settings
     from gcurun.launch.prepare import prepare
@@ -24,8 +58,7 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
     with ssh_reports(stderr):
         job = prepare(command, settings, environ=environ,
                       connect=not dry_run or bool(params.get("preflight")),
-                      master_addr=params.get("master_addr"),
-                      master_port=params.get("master_port"))
+                      master_addr=settings.master_addr, master_port=settings.master_port)
     with job:
         for warning in job.warnings:
             stderr.write(f"gcurun: warning: {warning}\n")
@@ -33,15 +66,17 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
             from gcurun.launch.planning.binding import format_binding_table
 
             unbound = "by mpirun" if job.plan.launcher == "mpi" else \
-                "after the ssh preflight" if job.remote_unbound else "not bound"
+                "after the srun probe" if job.remote_unbound and job.plan.launcher == "slurm" \
+                else "after the ssh preflight" if job.remote_unbound else "not bound"
             stderr.write(format_binding_table(job.plan, unbound=unbound) + "\n")
         if dry_run:
             from gcurun.cli.render import print_plan
 
             mpirun = mpirun_preview(job.plan, settings) if job.plan.launcher == "mpi" \
                 else None
+            srun = srun_preview(job) if job.plan.launcher == "slurm" else None
             print_plan(job.plan, settings, as_json=bool(params.get("as_json")), out=stdout,
-                       mpirun=mpirun)
+                       mpirun=mpirun, srun=srun)
             return 0
         from gcurun.launch.execute import execute
         from gcurun.launch.supervision.output import OutputSink
@@ -49,7 +84,9 @@ def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, 
         sink = OutputSink(stdout, stderr, color=use_color(params.get("color", "auto"), stdout,
                                                           environ),
                           show_ranks=settings.show_ranks, output_dir=settings.output_dir)
-        with ssh_reports(stderr):
+        from gcurun.cli.sshlog import warnings_of
+
+        with ssh_reports(stderr), warnings_of("gcurun.rendezvous", stderr):
             execute(job, sink)
     return 0
 
@@ -72,6 +109,13 @@ def mpirun_preview(plan: LaunchPlan, settings: Settings) -> tuple[tuple[str, ...
     command, _ = mpi_command(plan, settings, secrets={},
                              hostfile_path="$TMPDIR/gcurun-mpi-XXXXXX/hostfile")
     return command.argv, command.hostfile
+
+
+def srun_preview(job: PreparedJob) -> tuple[str, ...]:
+    """The srun argv a run would use (its step name is chosen at start)."""
+    from gcurun.launch.slurm.rank_group import srun_command
+
+    return srun_command(job, secrets={}, step_name="gcurun-XXXXXXXXXXXX").argv
 
 
 def use_color(mode: str, stream: TextIO, environ: Mapping[str, str]) -> bool:

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from gcurun.config.api import Settings
 from gcurun.errors import GcurunError, JobInterrupted, RanksFailedError
-from gcurun.launch.api import LaunchPlan
+from gcurun.launch.api import LaunchPlan, RankSpec
 
 
-def plan_to_dict(plan: LaunchPlan) -> dict[str, Any]:
-    """The plan as plain data: what `--dry-run --json` prints, each rank's full
-    environment (the variables gcurun sets) included."""
+def plan_header(plan: LaunchPlan) -> dict[str, Any]:
+    """The job-wide part of the plan as plain data (everything but ranks and sources)."""
     return {
         "launcher": plan.launcher,
         "size": plan.size,
@@ -27,50 +26,64 @@ def plan_to_dict(plan: LaunchPlan) -> dict[str, Any]:
         "hosts": [{"name": h.name, "slots": h.slots, "user": h.user,
                    "devices": list(h.devices) if h.devices is not None else None}
                   for h in plan.hosts],
-        "ranks": [{
-            "rank": r.rank, "local_rank": r.local_rank, "local_size": r.local_size,
-            "cross_rank": r.cross_rank, "cross_size": r.cross_size,
-            "node_rank": r.node_rank, "host": r.host, "local": r.is_local,
-            "device": r.device, "argv": list(r.argv),
-            "binding": None if r.binding is None else {
-                "cpus": list(r.binding.cpus), "numa_node": r.binding.numa_node,
-                "mem_bind": r.binding.mem_bind},
-            "env": dict(sorted(r.env.items())),
-        } for r in plan.ranks],
-        "sources": dict(sorted(plan.sources.items())),
     }
 
 
-def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: TextIO,
-               mpirun: tuple[Sequence[str], str | None] | None = None) -> None:
-    """The plan as a table or JSON; ``mpirun`` (argv, hostfile text) for MPI launches."""
-    if as_json:
-        data = plan_to_dict(plan)
-        if mpirun is not None:
-            data["mpirun"] = {"argv": list(mpirun[0]), "hostfile": mpirun[1]}
-        out.write(json.dumps(data, indent=2) + "\n")
-        return
-    from rich.console import Console
-    from rich.table import Table
+def rank_to_dict(r: RankSpec) -> dict[str, Any]:
+    """One rank as plain data, its full environment (the variables gcurun sets) included."""
+    return {
+        "rank": r.rank, "local_rank": r.local_rank, "local_size": r.local_size,
+        "cross_rank": r.cross_rank, "cross_size": r.cross_size,
+        "node_rank": r.node_rank, "host": r.host, "local": r.is_local,
+        "device": r.device, "argv": list(r.argv),
+        "binding": None if r.binding is None else {
+            "cpus": list(r.binding.cpus), "numa_node": r.binding.numa_node,
+            "mem_bind": r.binding.mem_bind},
+        "env": dict(sorted(r.env.items())),
+    }
 
-    console = Console(file=out, highlight=False, soft_wrap=True)
-    console.print(f"launcher {plan.launcher}, {plan.size} ranks on {len(plan.hosts)} "
-                  f"host(s), accelerator {plan.accelerator}"
-                  + (f" ({plan.device_var})" if plan.device_var else ""))
-    table = Table("rank", "host", "local", "cross", "node", "device", "cpus", "command",
-                  box=None, pad_edge=False)
+
+def write_plan_json(plan: LaunchPlan, out: TextIO, extra: Mapping[str, Any]) -> None:
+    """What `--dry-run --json` prints: the plan as one JSON object, written as it is made,
+    one rank a line, so plans of a hundred thousand ranks stream out instead of being
+    built in memory first."""
+    marker = "\u0000ranks"
+    head = {**plan_header(plan), "ranks": marker, "sources": dict(sorted(plan.sources.items())),
+            **extra}
+    before, _, after = json.dumps(head, indent=2).partition(json.dumps(marker))
+    out.write(before + "[")
+    separator = "\n    "
     for r in plan.ranks:
-        cpus = "-" if r.binding is None else compress_ids(r.binding.cpus)
-        table.add_row(str(r.rank), r.host, f"{r.local_rank}/{r.local_size}",
-                      f"{r.cross_rank}/{r.cross_size}", str(r.node_rank), r.device or "-",
-                      cpus, " ".join(r.argv))
-    console.print(table)
+        out.write(separator + json.dumps(rank_to_dict(r)))
+        separator = ",\n    "
+    out.write("\n  ]" + after + "\n")
+
+
+def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: TextIO,
+               mpirun: tuple[Sequence[str], str | None] | None = None,
+               srun: Sequence[str] | None = None) -> None:
+    """The plan as a table or JSON; ``mpirun`` (argv, hostfile text) for MPI launches,
+    ``srun`` (argv) for Slurm ones.
+
+    The table gives one row to each run of ranks that differ only in their rank, local
+    rank and device (the ranks of one host, as a rule), so it stays short at any size."""
+    if as_json:
+        extra: dict[str, Any] = {}
+        if mpirun is not None:
+            extra["mpirun"] = {"argv": list(mpirun[0]), "hostfile": mpirun[1]}
+        if srun is not None:
+            extra["srun"] = {"argv": list(srun)}
+        write_plan_json(plan, out, extra)
+        return
+    out.write(f"launcher {plan.launcher}, {plan.size} ranks on {len(plan.hosts)} "
+              f"host(s), accelerator {plan.accelerator}"
+              + (f" ({plan.device_var})" if plan.device_var else "") + "\n")
+    header = ("rank", "host", "local", "cross", "node", "device", "cpus", "command")
+    out.write(columns([header, *(group_row(group) for group in rank_groups(plan.ranks))]))
     from gcurun.config.resolve import explain_settings
 
-    sources = Table("setting", "value", "from", box=None, pad_edge=False)
-    for key, value, origin in explain_settings(settings):
-        sources.add_row(key, show_value(value), origin)
-    console.print(sources)
+    out.write(columns([("setting", "value", "from"), *(
+        (key, show_value(value), origin) for key, value, origin in explain_settings(settings))]))
     if mpirun is not None:
         import shlex
 
@@ -78,6 +91,55 @@ def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: Text
         if mpirun[1] is not None:
             out.write("hostfile:\n" + "".join(f"  {line}\n"
                                               for line in mpirun[1].splitlines()))
+    if srun is not None:
+        import shlex
+
+        out.write("srun command:\n  " + shlex.join(srun) + "\n")
+
+
+def rank_groups(ranks: Sequence[RankSpec]) -> list[list[RankSpec]]:
+    """Consecutive ranks cut into runs that differ only in rank, local rank and device:
+    same host, node, cross rank and size, binding and command."""
+    groups: list[list[RankSpec]] = []
+    for r in ranks:
+        last = groups[-1][-1] if groups else None
+        if last is not None and r.rank == last.rank + 1 and \
+                r.local_rank == last.local_rank + 1 and \
+                (r.host, r.node_rank, r.local_size, r.cross_rank, r.cross_size, r.binding,
+                 r.argv) == (last.host, last.node_rank, last.local_size, last.cross_rank,
+                             last.cross_size, last.binding, last.argv):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def group_row(group: Sequence[RankSpec]) -> tuple[str, ...]:
+    """The table row of one run of ranks (see :func:`rank_groups`)."""
+    first, last = group[0], group[-1]
+    devices = [r.device for r in group]
+    if devices[0] is None:
+        device = "-"
+    elif all(d is not None and d.isdigit() and str(int(d)) == d for d in devices):
+        device = compress_ids(tuple(int(d) for d in devices if d is not None))
+    else:
+        device = ",".join(d or "-" for d in devices)
+    cpus = "-" if first.binding is None else compress_ids(first.binding.cpus)
+    return (_span(first.rank, last.rank), first.host,
+            f"{_span(first.local_rank, last.local_rank)}/{first.local_size}",
+            f"{first.cross_rank}/{first.cross_size}", str(first.node_rank), device, cpus,
+            " ".join(first.argv))
+
+
+def columns(rows: Sequence[Sequence[str]]) -> str:
+    """Rows as left-aligned columns two spaces apart, the first row a header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                   .rstrip() + "\n" for row in rows)
 
 
 def show_value(value: Any) -> str:

@@ -21,6 +21,7 @@ SETTING_KEYS = {
     "launcher": "launcher", "bind_to": "bind_to", "map_by": "map_by",
     "report_bindings": "report_bindings", "output_dir": "output_dir",
     "grace_seconds": "grace_seconds", "workdir": "workdir",
+    "master_addr": "master_addr", "master_port": "master_port",
     "ssh_user": "ssh.user", "ssh_port": "ssh.port", "ssh_identity_file": "ssh.identity_file",
     "host_key_policy": "ssh.host_key_policy", "python": "ssh.python",
     "ssh_timeout": "ssh.timeout", "ssh_config": "ssh.config_file",
@@ -55,9 +56,11 @@ def _options(func):
         click.option("-x", "--env", "env", multiple=True, metavar="NAME[=VALUE]",
                      help="Forward NAME from this environment, or set NAME=VALUE."),
         # How ranks start
-        click.option("--launcher", type=click.Choice(["local", "ssh", "mpi"]),
+        click.option("--launcher", type=click.Choice(["local", "ssh", "mpi", "slurm"]),
                      help="Executor (default: local, or ssh when a host is remote)."),
         click.option("--mpi", "use_mpi", is_flag=True, help="Start ranks with mpirun."),
+        click.option("--slurm", "use_slurm", is_flag=True,
+                     help="Start ranks with srun, inside a Slurm allocation."),
         click.option("--bind-to", type=click.Choice(["none", "core", "socket", "numa"]),
                      help="Bind each rank to cores, a socket or a NUMA node."),
         click.option("--map-by", type=click.Choice(["slot", "numa", "socket"]),
@@ -130,6 +133,7 @@ Examples:
   gcurun -np 4 python train.py
   gcurun -np 16 -H a:8,b:8 python train.py
   gcurun --mpi --bind-to numa bash run.sh
+  salloc -N 2 -n 16 gcurun --slurm python train.py
   gcurun --profile configs/two-nodes-ssh.yaml python train.py
 """
 
@@ -158,10 +162,13 @@ def given_settings(ctx: click.Context, params: Mapping[str, Any],
              if value is not None and
              ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
     cli: dict[str, Any] = {SETTING_KEYS[n]: v for n, v in given.items() if n in SETTING_KEYS}
-    if given.get("use_mpi"):
-        if cli.get("launcher", "mpi") != "mpi":
-            raise UsageError(f"--mpi conflicts with --launcher {cli['launcher']}; give one")
-        cli["launcher"] = "mpi"
+    for flag, launcher in (("use_mpi", "mpi"), ("use_slurm", "slurm")):
+        if given.get(flag):
+            if cli.get("launcher", launcher) != launcher:
+                given_as = "--mpi" if cli["launcher"] == "mpi" and "use_mpi" in given \
+                    else f"--launcher {cli['launcher']}"
+                raise UsageError(f"--{launcher} conflicts with {given_as}; give one")
+            cli["launcher"] = launcher
     if "hosts" in given and "hostfile" in given:
         raise UsageError("give either -H or --hostfile, not both")
     hosts: tuple[HostSpec, ...] | None = None

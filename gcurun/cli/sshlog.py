@@ -63,3 +63,31 @@ def ssh_reports(stream: TextIO) -> Iterator[None]:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
         logger.propagate = old_propagate
+
+
+class WarningHandler(logging.Handler):
+    """Writes warnings as gcurun's other messages read: ``gcurun: warning: ...``."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(logging.WARNING)
+        self.stream = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream.write(f"gcurun: warning: {record.getMessage()}\n")
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def warnings_of(name: str, stream: TextIO) -> Iterator[None]:
+    """While inside, the warnings of the logger ``name`` (the rendezvous, say) go to
+    ``stream`` with gcurun's prefix instead of Python's bare last-resort output."""
+    logger = logging.getLogger(name)
+    handler = WarningHandler(stream)
+    old_propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = old_propagate

@@ -71,7 +71,7 @@ class Settings:
     oversubscribe: bool = False
     accelerator: Accelerator = "gcu"
     devices: tuple[str, ...] | None = None      # applies to hosts without their own list
-    launcher: Literal["local", "ssh", "mpi"] | None = None  # None = local or ssh by hosts
+    launcher: Literal["local", "ssh", "mpi", "slurm"] | None = None  # None: local or ssh
     env: Mapping[str, str] = field(default_factory=dict)     # variables to set (-x N=V)
     forward_env: tuple[str, ...] = ()                        # variables to forward (-x N)
     bind_to: BindTo = "none"
@@ -81,6 +81,8 @@ class Settings:
     show_ranks: tuple[int, ...] | None = None   # console filter; None = every rank
     grace_seconds: float = 10.0
     workdir: str | None = None
+    master_addr: str | None = None              # torch's MASTER_ADDR; None = rank 0's host
+    master_port: int | None = None              # torch's MASTER_PORT; None = a free port
     ssh: SSHSettings = field(default_factory=SSHSettings)
     mpi: MPISettings = field(default_factory=MPISettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)

@@ -36,10 +36,13 @@ from gcurun.config._yaml import (
 from gcurun.config.schema import HOST_KEYS, KEYS, SECTIONS, Key
 from gcurun.errors import HostSpecError, ProfileError
 from gcurun.hosts.api import HostSpec
+from gcurun.hosts.hostfile import TooLarge, read_limited
 from gcurun.hosts.item import canonical_host
 from gcurun.hosts.specs import parse_host_specs
 
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# A profile of a thousand hosts given as mappings is about 100 KiB.
+MAX_PROFILE_BYTES = 4 << 20
 
 # Profile keys, by the section they sit in ("" is the top level).
 _LEVELS: dict[str, dict[str, Key]] = {}
@@ -70,8 +73,11 @@ def read_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and parse the profile at ``path``; raises ProfileError if it cannot."""
     source = os.fspath(path)
     try:
-        with open(source, "rb") as handle:
-            data = handle.read()
+        data = read_limited(source, MAX_PROFILE_BYTES)
+    except TooLarge:
+        raise ProfileError(f"profile '{source}' is larger than {MAX_PROFILE_BYTES >> 20} MiB, "
+                           "more than any profile; check the path given to --profile or "
+                           "GCURUN_PROFILE") from None
     except OSError as exc:
         raise ProfileError(f"profile '{source}': cannot read it ({exc.strerror}); check the "
                            "path given to --profile or GCURUN_PROFILE") from None

@@ -3,7 +3,12 @@
 Precedence, per dotted key: CLI > profile > ``GCURUN_*`` environment > defaults. The
 environment layer also reads Horovod's names for the runtime knobs (``HOROVOD_CYCLE_TIME``
 ...), below the ``GCURUN_*`` ones. ``Settings.sources`` records the winner of every key as
-``cli``, ``profile:<file>:<line>``, ``env:<VAR>`` or ``default``.
+``cli``, ``profile:<file>:<line>``, ``env:<VAR>``, ``slurm`` or ``default``.
+
+Inside a Slurm allocation (``salloc``, an ``sbatch`` script) where no layer names hosts,
+the allocation does: its hosts with their task counts as slots, and ``np`` (unless a
+layer gives it) its task count, both with the source ``slurm``. A process of an srun
+step (gcurun run by srun) cannot know the allocation's layout and is refused.
 
 Three keys combine layers instead of replacing them: ``env`` is merged per variable (each
 ``env.NAME`` has its own source), ``forward_env`` is the union of the profile's and the
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gcurun.config.api import MPISettings, RuntimeSettings, Settings, SSHSettings
-from gcurun.config.schema import KEYS, KEYS_BY_PATH, Key
+from gcurun.config.schema import KEYS, KEYS_BY_PATH, MAX_FUSION_MB, Key
 from gcurun.errors import HostSpecError, UsageError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.hostfile import read_hostfile as _read_hostfile
@@ -48,7 +53,9 @@ class _Alias:
 
 _HOROVOD: dict[str, _Alias] = {
     "runtime.fusion_threshold_mb": _Alias(
-        "HOROVOD_FUSION_THRESHOLD", Key("runtime.fusion_threshold_mb", "int", low=0),
+        "HOROVOD_FUSION_THRESHOLD",
+        Key("runtime.fusion_threshold_mb", "int", low=0,
+            high=MAX_FUSION_MB * _BYTES_PER_MB),
         1.0 / _BYTES_PER_MB),
     "runtime.cycle_time_ms": _Alias("HOROVOD_CYCLE_TIME", KEYS_BY_PATH["runtime.cycle_time_ms"]),
     "runtime.timeline": _Alias("HOROVOD_TIMELINE", KEYS_BY_PATH["runtime.timeline"]),
@@ -104,7 +111,8 @@ def resolve_settings(cli: Mapping[str, Any], profile: Profile | None,
     ``GCURUN_HOSTFILE`` or a ``hostfile`` CLI key), it is read with ``read_hostfile`` and
     ``hosts`` holds its hosts. Raises UsageError for a bad ``GCURUN_*``/``HOROVOD_*`` value
     (naming the variable), for hosts and a hostfile given together in one layer and for a
-    hostfile that cannot be read or parsed; ValueError for a ``cli`` key that is not a
+    hostfile that cannot be read or parsed, for malformed Slurm variables and for a
+    process of an srun step without hosts given; ValueError for a ``cli`` key that is not a
     setting (a bug in the caller).
     """
     cli_values = _normalise_cli(cli)
@@ -126,6 +134,8 @@ def resolve_settings(cli: Mapping[str, Any], profile: Profile | None,
             chosen[key.path] = layer.values[key.path]
             sources[key.path] = layer.label(key.path)
     _choose_hosts(layers, chosen, sources)
+    if sources["hosts"] == "default":
+        _hosts_from_slurm(environ, chosen, sources)
     if chosen.get("hostfile") is not None and chosen.get("hosts") is None:
         chosen["hosts"] = _hosts_from_file(chosen["hostfile"], sources["hostfile"],
                                            read_hostfile)
@@ -246,6 +256,8 @@ def _normalise_cli(cli: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"not settings: {', '.join(unknown)}")
     values = dict(cli)
+    for path, value in values.items():
+        _check_cli_number(KEYS_BY_PATH[path], value)
     for path in ("hosts", "devices", "forward_env", "show_ranks"):
         if values.get(path) is not None:
             values[path] = tuple(values[path])
@@ -262,6 +274,16 @@ def _normalise_cli(cli: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _check_cli_number(key: Key, value: Any) -> None:
+    """Refuse a number given on the command line that the key does not accept (NaN,
+    infinities and values out of range), quoting the option and the value."""
+    if key.kind not in ("int", "float") or value is None or isinstance(value, bool):
+        return
+    if not key.in_range(value):
+        raise UsageError(f"{key.option} {_variable_text(value)}: expected {key.expected()}; "
+                         f"give {key.option} a value in that range")
+
+
 def _choose_hosts(layers: Iterable[_Layer], chosen: dict[str, Any],
                   sources: dict[str, str]) -> None:
     for layer in layers:
@@ -273,6 +295,22 @@ def _choose_hosts(layers: Iterable[_Layer], chosen: dict[str, Any],
                 sources[path] = layer.label(path) if path in given else label
             return
     sources["hosts"] = sources["hostfile"] = "default"
+
+
+def _hosts_from_slurm(environ: Mapping[str, str], chosen: dict[str, Any],
+                      sources: dict[str, str]) -> None:
+    """The allocation's hosts (and task count, when no layer set ``np``), if ``environ``
+    is that of a Slurm allocation. Raises HostSpecError inside a step."""
+    from gcurun.hosts.slurm import SLURM_SOURCE, parse_slurm_environment
+
+    allocation = parse_slurm_environment(environ)
+    if allocation is None:
+        return
+    chosen["hosts"] = allocation.host_specs()
+    sources["hosts"] = SLURM_SOURCE
+    if "np" not in chosen:
+        chosen["np"] = allocation.num_tasks
+        sources["np"] = SLURM_SOURCE
 
 
 def _hosts_from_file(path: str, source: str,

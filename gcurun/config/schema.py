@@ -7,6 +7,7 @@ and range are stated once. A key's path is its dotted name (``np``, ``ssh.port``
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -28,6 +29,21 @@ Kind = Literal[
 ]
 
 SECTIONS: tuple[str, ...] = ("ssh", "mpi", "runtime")
+
+# Ceilings that keep a value inside what the code can act on: waits longer than these
+# overflow the timers they go to, and plans larger than MAX_RANKS cannot be held.
+MAX_RANKS = 1 << 20
+MAX_FUSION_MB = 65536
+DAY_SECONDS = 86400.0
+WEEK_SECONDS = 7 * DAY_SECONDS
+# The command-line option of a key where it is not ``--`` + its name (``--ssh-`` + name for
+# the ssh section).
+_OPTIONS = {
+    "np": "-np", "runtime.timeline": "--timeline-filename", "ssh.python": "--python",
+    "ssh.config_file": "--ssh-config", "ssh.host_key_policy": "--host-key-policy",
+    "mpi.mpirun": "--mpirun", "mpi.args": "--mpi-args",
+    "mpi.network_interface": "--network-interface",
+}
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,14 @@ class Key:
         return "GCURUN_" + name.upper().replace(".", "_")
 
     @property
+    def option(self) -> str:
+        """The command-line option that sets the key: ``--ssh-port`` for ``ssh.port``."""
+        if self.path in _OPTIONS:
+            return _OPTIONS[self.path]
+        name = self.path if self.section == "ssh" else self.name
+        return "--" + name.replace(".", "-").replace("_", "-")
+
+    @property
     def noun(self) -> str:
         """The type a value must have, for error messages: ``an integer``."""
         if self.kind == "choice":
@@ -71,12 +95,17 @@ class Key:
         """The type and range a value must have: ``an integer of at least 1``."""
         noun = self.noun
         if self.low is not None and self.high is not None:
+            if self.above:
+                return f"{noun} above {_num(self.low)} and at most {_num(self.high)}"
             return f"{noun} from {_num(self.low)} to {_num(self.high)}"
         if self.low is not None:
             return f"{noun} {'above' if self.above else 'of at least'} {_num(self.low)}"
         return noun
 
     def in_range(self, value: float) -> bool:
+        """Whether a number is finite and inside the key's bounds."""
+        if not math.isfinite(value):
+            return False
         if self.low is not None and (value < self.low or (self.above and value == self.low)):
             return False
         return self.high is None or value <= self.high
@@ -106,13 +135,13 @@ def _choices(literal: object) -> tuple[str, ...]:
 
 
 KEYS: tuple[Key, ...] = (
-    Key("np", "int", low=1, nullable=True),
+    Key("np", "int", low=1, high=MAX_RANKS, nullable=True),
     Key("hosts", "hosts", nullable=True),
     Key("hostfile", "path", nullable=True),
     Key("oversubscribe", "bool"),
     Key("accelerator", "choice", choices=_choices(Accelerator)),
     Key("devices", "devices", nullable=True),
-    Key("launcher", "choice", choices=("local", "ssh", "mpi"), nullable=True),
+    Key("launcher", "choice", choices=("local", "ssh", "mpi", "slurm"), nullable=True),
     Key("env", "env", in_environ=False),
     Key("forward_env", "names", in_environ=False),
     Key("bind_to", "choice", choices=_choices(BindTo)),
@@ -120,27 +149,30 @@ KEYS: tuple[Key, ...] = (
     Key("report_bindings", "bool"),
     Key("output_dir", "str", nullable=True),
     Key("show_ranks", "ranks", nullable=True, in_profile=False, in_environ=False),
-    Key("grace_seconds", "float", low=0),
+    Key("grace_seconds", "float", low=0, high=DAY_SECONDS),
     Key("workdir", "str", nullable=True),
+    Key("master_addr", "str", nullable=True, in_profile=False, in_environ=False),
+    Key("master_port", "int", low=1, high=65535, nullable=True, in_profile=False,
+        in_environ=False),
     Key("ssh.user", "str", nullable=True),
     Key("ssh.port", "int", low=1, high=65535, nullable=True),
     Key("ssh.identity_file", "path", nullable=True),
     Key("ssh.host_key_policy", "choice", choices=_choices(HostKeyPolicy)),
     Key("ssh.python", "str", nullable=True),
-    Key("ssh.timeout", "float", low=0, above=True),
+    Key("ssh.timeout", "float", low=0, high=DAY_SECONDS, above=True),
     Key("ssh.config_file", "path", nullable=True),
     Key("ssh.known_hosts", "path", nullable=True),
     Key("mpi.mpirun", "str"),
     Key("mpi.args", "args"),
     Key("mpi.network_interface", "str", nullable=True),
     Key("runtime.backend", "choice", choices=("mpi", "tcp"), nullable=True),
-    Key("runtime.fusion_threshold_mb", "float", low=0),
-    Key("runtime.cycle_time_ms", "float", low=0, above=True),
+    Key("runtime.fusion_threshold_mb", "float", low=0, high=MAX_FUSION_MB),
+    Key("runtime.cycle_time_ms", "float", low=0, high=60000, above=True),
     Key("runtime.timeline", "str", nullable=True),
     Key("runtime.timeline_mark_cycles", "bool"),
-    Key("runtime.stall_check_warning_seconds", "float", low=0),
-    Key("runtime.stall_check_shutdown_seconds", "float", low=0),
-    Key("runtime.timeout_seconds", "float", low=0, above=True),
+    Key("runtime.stall_check_warning_seconds", "float", low=0, high=WEEK_SECONDS),
+    Key("runtime.stall_check_shutdown_seconds", "float", low=0, high=WEEK_SECONDS),
+    Key("runtime.timeout_seconds", "float", low=0, high=WEEK_SECONDS, above=True),
 )
 
 KEYS_BY_PATH: dict[str, Key] = {key.path: key for key in KEYS}
@@ -150,11 +182,11 @@ HOST_KEYS: dict[str, Key] = {
     key.path: key
     for key in (
         Key("name", "str"),
-        Key("slots", "int", low=1),
+        Key("slots", "int", low=1, high=MAX_RANKS),
         Key("devices", "devices"),
         Key("user", "str"),
         Key("port", "int", low=1, high=65535),
         Key("python", "str"),
-        Key("max_slots", "int", low=1),
+        Key("max_slots", "int", low=1, high=MAX_RANKS),
     )
 }

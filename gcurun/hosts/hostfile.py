@@ -18,6 +18,23 @@ from gcurun.hosts.hostlist import Problem, split_items
 from gcurun.hosts.item import first_duplicate, parse_count, parse_item
 
 _KEYS = {"slots": "slots", "max_slots": "max_slots", "max-slots": "max_slots"}
+# A hostfile of 100,000 hosts of 40 characters each fits with room to spare; anything
+# larger is not a hostfile (/dev/zero, a log file given by mistake).
+MAX_HOSTFILE_BYTES = 8 << 20
+
+
+class TooLarge(Exception):
+    """A file holds more than the limit its reader allows."""
+
+
+def read_limited(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of ``path``, read up to ``limit``. Raises TooLarge beyond it, OSError as
+    open/read do. Endless files (/dev/zero) are cut at the limit, not read to the end."""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(path)
+    return data
 
 
 def parse_hostfile(text: str, source: str = "<hostfile>") -> tuple[HostSpec, ...]:
@@ -57,7 +74,10 @@ def read_hostfile(path: str | os.PathLike[str]) -> tuple[HostSpec, ...]:
     """
     shown = os.fspath(path)
     try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
+        text = read_limited(Path(path).expanduser(), MAX_HOSTFILE_BYTES).decode("utf-8")
+    except TooLarge:
+        raise HostSpecError(f"hostfile '{shown}' is larger than {MAX_HOSTFILE_BYTES >> 20} "
+                            "MiB, more than any list of hosts; check the path") from None
     except FileNotFoundError:
         raise HostSpecError(f"hostfile '{shown}' does not exist; check the path") from None
     except IsADirectoryError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from gcurun.hosts.api import HostSpec
 
@@ -36,15 +36,23 @@ def is_local_host(name: str, local_names: Collection[str]) -> bool:
     and any name or address in ``local_names`` (as from :func:`probe_local_names`),
     compared by :func:`locality_key`. Pure: names are not resolved.
     """
-    key = locality_key(name)
-    if key in LOOPBACK_NAMES:
-        return True
-    try:
-        if ipaddress.ip_address(key).is_loopback:
+    return locality_test(local_names)(name)
+
+
+def locality_test(local_names: Collection[str]) -> Callable[[str], bool]:
+    """:func:`is_local_host` with ``local_names`` prepared once, for many names."""
+    keys = frozenset(locality_key(known) for known in local_names)
+
+    def is_local(name: str) -> bool:
+        key = locality_key(name)
+        if key in LOOPBACK_NAMES or key in keys:
             return True
-    except ValueError:
-        pass
-    return key in {locality_key(known) for known in local_names}
+        try:
+            return ipaddress.ip_address(key).is_loopback
+        except ValueError:
+            return False
+
+    return is_local
 
 
 def local_hosts(hosts: Iterable[HostSpec], local_names: Collection[str]) -> tuple[str, ...]:

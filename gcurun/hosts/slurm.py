@@ -19,6 +19,8 @@ What Slurm 22.05 does, measured (docs/slurm.md has the rest):
   ``SLURM_NTASKS`` is the allocation's. A step is recognised by ``SLURM_STEP_ID``.
 * ``salloc -N 2`` without ``-n`` sets no ``SLURM_NTASKS``; the task count is then the
   sum of the tasks per host.
+* Plain ``srun`` (no ``--mpi=pmix``) gives Open MPI no way to join its tasks: each is an
+  MPI world of one rank (``gcurun.runtime.world_guard`` stops such a rank).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ _COUNT = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?")
 _DIGITS = re.compile(r"[0-9]+")
 _FIX = ("Slurm sets this variable; run inside salloc or sbatch, or unset the SLURM_* "
         "variables that did not come from Slurm")
+SLURM_SOURCE = "slurm"
+"""The source settings taken from a Slurm allocation have (``Settings.sources``)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ class SlurmAllocation:
             raise HostSpecError(
                 "inside a Slurm step (SLURM_STEP_ID is set) the allocation's tasks per host "
                 "are not known: srun set SLURM_TASKS_PER_NODE to the step's; run gcurun "
-                "in the allocation itself (salloc or the sbatch script), not under srun")
+                "in the allocation itself (salloc or the sbatch script), not under srun, "
+                "or name the hosts with -H")
         return tuple(HostSpec(name=host, slots=count)
                      for host, count in zip(self.hosts, self.tasks_per_node, strict=True)
                      if count > 0)
@@ -214,3 +219,5 @@ def _number(env: Mapping[str, str], name: str) -> int:
     if not _DIGITS.fullmatch(text):
         raise HostSpecError(f"{name}='{env[name]}' is not a whole number 0 or more; {_FIX}")
     return int(text)
+
+

@@ -15,7 +15,7 @@ from typing import Literal, Protocol, Union
 
 from gcurun.hosts.api import HostSpec
 
-LauncherName = Literal["local", "ssh", "mpi"]
+LauncherName = Literal["local", "ssh", "mpi", "slurm"]
 Stream = Literal["stdout", "stderr"]
 
 

@@ -17,7 +17,7 @@ from gcurun.launch.api import Event, LaunchPlan, RankGroup
 from gcurun.launch.prepare import PreparedJob, prepare_plan
 from gcurun.launch.remote.rank_env import ANY_ADDRESS, RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.launch.supervision.output import OutputSink
-from gcurun.launch.supervision.supervise import InterruptEvent, supervise
+from gcurun.launch.supervision.supervise import InterruptEvent, stop_groups, supervise
 
 
 class _Startable(Protocol):
@@ -33,6 +33,7 @@ EXECUTORS: dict[str, str] = {
     "local": "gcurun.launch.local_group:local_groups",
     "ssh": "gcurun.launch.ssh.rank_group:ssh_groups",
     "mpi": "gcurun.launch.mpi.rank_group:mpi_groups",
+    "slurm": "gcurun.launch.slurm.rank_group:slurm_groups",
 }
 
 
@@ -49,49 +50,84 @@ def group_factory(launcher: str) -> GroupFactory:
 
 @contextlib.contextmanager
 def signals_to(events: queue.Queue[Event | InterruptEvent]) -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM become events on ``events`` (main thread only)."""
+    """While inside, SIGINT and SIGTERM become events on ``events`` (main thread only).
+
+    A handler runs in the main thread between two bytecodes, possibly while that thread
+    holds ``events``' lock inside ``events.get()``: putting on ``events`` there would wait
+    for itself forever. The handler only puts on a SimpleQueue, whose put is reentrant,
+    and a thread moves the event on."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {}
+    arrived: queue.SimpleQueue[InterruptEvent | None] = queue.SimpleQueue()
+
+    def relay() -> None:
+        while (event := arrived.get()) is not None:
+            events.put(event)
 
     def handler(signum: int, _frame: object) -> None:
-        events.put(InterruptEvent(signum, signal.Signals(signum).name))
+        arrived.put(InterruptEvent(signum, signal.Signals(signum).name))
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        previous[signum] = signal.signal(signum, handler)
+    mover = threading.Thread(target=relay, daemon=True, name="signals")
+    mover.start()
+    previous = {signum: signal.signal(signum, handler)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+        arrived.put(None)
+        mover.join()
 
 
 @contextlib.contextmanager
-def job_rendezvous(plan: LaunchPlan) -> Iterator[dict[str, str]]:
+def job_rendezvous(job: PreparedJob) -> Iterator[dict[str, str]]:
     """Serve the tcp runtime's rendezvous for the job's life, when the job may use it.
 
+    It listens only on the addresses the ranks are given: loopback for this host's ranks,
+    and for each SSH host this host's address on that host's connection (every address,
+    as before, when a connection goes through a proxy and has none of its own).
     Yields the variables every rank gets off its command line: GCURUN_RENDEZVOUS and the
     per-job GCURUN_SECRET. mpirun jobs use the mpi backend and one-rank jobs need none.
     """
+    plan = job.plan
     if plan.launcher == "mpi" or plan.size < 2:
         yield {}
         return
     from gcurun.rendezvous.server import RendezvousServer, new_secret
 
     secret = new_secret()
-    if all(r.is_local for r in plan.ranks):
-        server, host = RendezvousServer("127.0.0.1", 0, secret=secret, size=plan.size), \
-            "127.0.0.1"
-        server.start()
-    else:
+    addresses = rank_facing_addresses(job)
+    if addresses is None:
         server = start_on_any_address(
             lambda host: RendezvousServer(host, 0, secret=secret, size=plan.size))
-        host = ANY_ADDRESS
+    else:
+        server = RendezvousServer(addresses, 0, secret=secret, size=plan.size)
+        server.start()
+    host = "127.0.0.1" if all(r.is_local for r in plan.ranks) else ANY_ADDRESS
     try:
         yield {RENDEZVOUS_VARIABLE: f"{host}:{server.address[1]}", SECRET_VARIABLE: secret.hex()}
     finally:
         server.close()
+
+
+def rank_facing_addresses(job: PreparedJob) -> list[str] | None:
+    """The addresses of this host that the job's ranks are told to reach it at (see
+    :func:`job_rendezvous`), or None when some are not known as addresses."""
+    import ipaddress
+
+    found = ["127.0.0.1"] if any(r.is_local for r in job.plan.ranks) else []
+    if job.plan.launcher == "ssh":
+        from gcurun.launch.ssh.rank_group import launcher_address
+
+        found += [launcher_address(session) for session in job.sessions.values()]
+    try:
+        for address in found:
+            ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    return list(dict.fromkeys(found)) or None
 
 
 def start_on_any_address(make: Callable[[str], Server]) -> Server:
@@ -116,7 +152,7 @@ def execute(job: PreparedJob, sink: OutputSink,
     sessions are closed at the end whatever happened.
     """
     try:
-        with job_rendezvous(job.plan) as rendezvous:
+        with job_rendezvous(job) as rendezvous:
             _run_groups(job, sink, {**rendezvous, **(secrets or {})})
     finally:
         job.close()
@@ -133,14 +169,14 @@ def _run_groups(job: PreparedJob, sink: OutputSink, secrets: Mapping[str, str]) 
     groups = group_factory(job.plan.launcher)(job, secrets)
     grace = job.settings.grace_seconds
     with signals_to(events):
-        started: list[RankGroup] = []
         try:
             for group in groups:
                 group.start(events)  # type: ignore[arg-type]
-                started.append(group)
         except BaseException:
-            for group in started:
-                group.terminate(grace)
+            # Whatever went wrong (a missing program, no thread or process left), every
+            # group is stopped, the one being started too: terminate is safe at any point.
+            for t in stop_groups(groups, grace):
+                t.join()
             raise
         supervise(groups, events, {r.rank: r.host for r in job.plan.ranks}, sink,
                   grace_seconds=grace)

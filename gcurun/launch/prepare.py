@@ -3,9 +3,10 @@
 1. Plan (pure): ranks on hosts, each with its identity, device, argv and environment.
 2. Preflight: every remote host of an SSH launch is connected to and checked, and its
    bootstrap waits there (skipped offline: ``connect=False``, as ``--dry-run`` does).
+   A --slurm launch is checked against its allocation (:mod:`gcurun.launch.slurm.prepare`).
 3. Bind: each rank's CPUs and memory node from its host's topology, this host's read
-   here and remote ones over the preflight's connections (without them, remote ranks
-   stay unbound until a run prepares them).
+   here and remote ones over the preflight's connections, a --slurm job's by one srun
+   step (without them, remote ranks stay unbound until a run prepares them).
 
 The CLI, :func:`gcurun.run` and tests call it; executors run the :class:`PreparedJob`.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gcurun.config.api import DEVICE_VARIABLES, Settings
+from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.api import LaunchPlan
 
@@ -43,9 +45,12 @@ class PreparedJob:
 
     @property
     def remote_unbound(self) -> bool:
-        """Whether remote ranks wait for a preflight to be bound."""
-        return (self.settings.bind_to != "none" and self.plan.launcher == "ssh"
-                and not self.connected and any(not r.is_local for r in self.plan.ranks))
+        """Whether remote ranks (every rank of a --slurm job) wait for a preflight to be
+        bound."""
+        if self.settings.bind_to == "none" or self.connected:
+            return False
+        return self.plan.launcher == "slurm" or (
+            self.plan.launcher == "ssh" and any(not r.is_local for r in self.plan.ranks))
 
     def close(self) -> None:
         """Close every checked host's connection (its bootstrap exits, having run
@@ -80,8 +85,9 @@ def plan_job(command: Sequence[str], settings: Settings, *,
         accelerator=settings.accelerator, device_var=DEVICE_VARIABLES[settings.accelerator],
         devices=settings.devices, launcher=settings.launcher,
         local_names=probe_local_names(), job_env=job_env,
-        forwarded_env=settings.forward_env, master_addr=master_addr,
-        this_host=socket.getfqdn(), master_port=master_port or free_port(),
+        forwarded_env=settings.forward_env, master_addr=master_addr or settings.master_addr,
+        this_host=socket.getfqdn(),
+        master_port=master_port or settings.master_port or free_port(),
         workdir=settings.workdir or os.getcwd(), sources=settings.sources)
 
 
@@ -94,22 +100,59 @@ def prepare(command: Sequence[str], settings: Settings, *,
     nothing started) or UsageError (a bad ssh config)."""
     plan = plan_job(command, settings, environ=environ, master_addr=master_addr,
                     master_port=master_port)
-    return prepare_plan(plan, settings, environ=environ, connect=connect)
+    crowded = crowding(plan, usable_cpus())
+    if crowded and not settings.oversubscribe:
+        raise PlanError(f"{crowded}; lower -np, add hosts, or pass --oversubscribe")
+    job = prepare_plan(plan, settings, environ=environ, connect=connect)
+    if crowded:
+        job.warnings = (f"{crowded} (allowed by --oversubscribe)", *job.warnings)
+    return job
+
+
+# Local ranks per CPU this process may use, beyond which a job needs --oversubscribe.
+RANKS_PER_CPU = 4
+
+
+def usable_cpus() -> int:
+    """How many CPUs this process may run on (its affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def crowding(plan: LaunchPlan, cpus: int) -> str | None:
+    """The arithmetic of too many ranks on this host, or None when they fit: more than
+    RANKS_PER_CPU per CPU only crowds the cores (and starts slowly)."""
+    here = sum(1 for r in plan.ranks if r.is_local)
+    if here <= RANKS_PER_CPU * cpus:
+        return None
+    return (f"{here} ranks on this host are more than {RANKS_PER_CPU} x the {cpus} CPUs "
+            f"this process may use ({here} > {RANKS_PER_CPU * cpus})")
 
 
 def prepare_plan(plan: LaunchPlan, settings: Settings, *,
                  environ: Mapping[str, str] | None = None,
                  connect: bool = True) -> PreparedJob:
     """Check the remote hosts of a placed ``plan`` and bind it; see :func:`prepare`."""
+    from gcurun.config.paths import check_output_dir, check_timeline
+
+    check_output_dir(settings)
+    check_timeline(settings, plan.workdir, (r.rank for r in plan.ranks if r.is_local))
     sessions: dict[str, HostSession] = {}
     if connect and plan.launcher == "ssh":
         from gcurun.launch.ssh.preflight import preflight_plan
 
         sessions = preflight_plan(plan, settings)
     job = PreparedJob(plan, settings, sessions, connected=connect)
+    environ = os.environ if environ is None else environ
     try:
-        job.plan, job.warnings = bind(plan, settings, sessions,
-                                      os.environ if environ is None else environ)
+        if plan.launcher == "slurm":
+            from gcurun.launch.slurm.prepare import prepare_slurm
+
+            job.plan, job.warnings = prepare_slurm(plan, settings, environ, connect=connect)
+        else:
+            job.plan, job.warnings = bind(plan, settings, sessions, environ)
     except BaseException:
         job.close()
         raise

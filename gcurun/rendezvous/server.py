@@ -8,6 +8,10 @@ connection dropped without saying goodbye) to every rank within milliseconds.
 
 Each ``init()`` of the ranks is a new *generation*; a job may shut down and init again.
 Connections that fail the handshake or send garbage are logged and dropped; the job goes on.
+It listens only on the addresses the ranks are given. A connection that has not proved
+it knows the secret within ``handshake_timeout`` is dropped, and at most ``max_pending``
+such connections are held at once (more are closed as they come), so idle or hostile
+clients cannot pile up; the first few refusals are logged, then only counted.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +36,14 @@ log = logging.getLogger("gcurun.rendezvous")
 
 LABEL = b"gcurun-rendezvous"
 ANSWER_BYTES = wire.NONCE_BYTES + wire.MAC_BYTES
+REFUSALS_SHOWN = 5          # refused connections logged one by one; later ones are counted
+BIND_ATTEMPTS = 20          # free ports tried when several addresses must share one
+
+
+def default_max_pending(size: int) -> int:
+    """Connections that may wait for their handshake at once: every rank of the job
+    connecting together, and room for as many more."""
+    return max(64, 2 * size)
 
 
 @dataclass(eq=False)
@@ -52,24 +64,32 @@ class _Conn:
 class RendezvousServer:
     """The rendezvous of one job: ``size`` ranks, authenticated by ``secret``.
 
-    ``start()`` binds (a taken port raises :class:`gcurun.errors.LaunchError` naming the
-    address) and serves from a daemon thread; nothing blocks the caller. ``on_abort`` is
-    called (from that thread) with the reason the first time a generation aborts.
+    ``host`` is the address to listen on, or several (all on one port). ``start()`` binds
+    (a taken port raises :class:`gcurun.errors.LaunchError` naming the address) and serves
+    from a daemon thread; nothing blocks the caller. ``on_abort`` is called (from that
+    thread) with the reason the first time a generation aborts.
     """
 
-    def __init__(self, host: str, port: int = 0, *, secret: bytes, size: int,
-                 on_abort: Callable[[str], None] | None = None,
-                 handshake_timeout: float = 10.0):
+    def __init__(self, host: str | Sequence[str], port: int = 0, *, secret: bytes,
+                 size: int, on_abort: Callable[[str], None] | None = None,
+                 handshake_timeout: float = 10.0, max_pending: int | None = None):
         if size < 1:
             raise ValueError(f"size={size}: a job has at least one rank")
         if len(secret) < 16:
             raise ValueError("secret: use at least 16 random bytes (new_secret())")
-        self._host, self._port = host, port
+        self._hosts = (host,) if isinstance(host, str) else tuple(dict.fromkeys(host))
+        if not self._hosts:
+            raise ValueError("host: give at least one address to listen on")
+        self._host, self._port = self._hosts[0], port
+        self._max_pending = default_max_pending(size) if max_pending is None else max_pending
+        self._pending = 0
+        self._refused = 0
         self._secret = secret
         self._size = size
         self._on_abort = on_abort
         self._handshake_timeout = handshake_timeout
         self._listener: socket.socket | None = None
+        self._listeners: list[socket.socket] = []
         self._selector: selectors.BaseSelector | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._commands: list[tuple[str, Any]] = []
@@ -86,9 +106,12 @@ class RendezvousServer:
     def start(self) -> None:
         if self._listener is not None:
             return
-        self._listener = self._bind()
+        self._listeners = self._bind_all()
+        self._listener = self._listeners[0]
+        self._port = self._listener.getsockname()[1]
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listener, selectors.EVENT_READ, "listener")
+        for listener in self._listeners:
+            self._selector.register(listener, selectors.EVENT_READ, "listener")
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._thread = threading.Thread(target=self._serve, name="gcurun-rendezvous",
@@ -100,7 +123,18 @@ class RendezvousServer:
         """(host, port) the ranks connect to; the port is the bound one when 0 was asked."""
         if self._listener is None:
             raise RuntimeError("RendezvousServer.address: call start() first")
-        return self._host, self._listener.getsockname()[1]
+        return self._host, self._port
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """Every (host, port) it listens on."""
+        port = self.address[1]
+        return [(host, port) for host in self._hosts]
+
+    @property
+    def shown(self) -> str:
+        """Its addresses as messages show them: ``10.0.0.1:4000, 127.0.0.1:4000``."""
+        return ", ".join(wire.show_address((h, self._port)) for h in self._hosts)
 
     def abort(self, reason: str) -> None:
         """Tell every connected rank, of every generation, that the job is over."""
@@ -122,10 +156,13 @@ class RendezvousServer:
         if self._thread is not None:
             self._command("close", None)
             self._thread.join(timeout=5)
-        if self._listener is not None:
-            self._listener.close()
+        for listener in self._listeners:
+            listener.close()
         self._wake_r.close()
         self._wake_w.close()
+        if self._refused > REFUSALS_SHOWN:
+            log.warning("rendezvous %s: refused %d connections in all", self.shown,
+                        self._refused)
 
     def __enter__(self) -> RendezvousServer:
         self.start()
@@ -136,13 +173,31 @@ class RendezvousServer:
 
     # -- the serving thread ---------------------------------------------------------------
 
-    def _bind(self) -> socket.socket:
-        shown = wire.show_address((self._host, self._port))
+    def _bind_all(self) -> list[socket.socket]:
+        """A listening socket on every address, all on one port (a free one, when 0 was
+        asked, that every address has free)."""
+        for attempt in range(BIND_ATTEMPTS):
+            first = self._bind(self._hosts[0], self._port)
+            port, bound = first.getsockname()[1], [first]
+            try:
+                for host in self._hosts[1:]:
+                    bound.append(self._bind(host, port))
+            except LaunchError:
+                for sock in bound:
+                    sock.close()
+                if self._port or attempt == BIND_ATTEMPTS - 1:
+                    raise
+                continue
+            return bound
+        raise AssertionError("unreachable")
+
+    def _bind(self, host: str, port: int) -> socket.socket:
+        shown = wire.show_address((host, port))
         try:
             family, kind, proto, _, addr = socket.getaddrinfo(
-                self._host, self._port, type=socket.SOCK_STREAM)[0]
+                host, port, type=socket.SOCK_STREAM)[0]
         except socket.gaierror as exc:
-            raise LaunchError(f"rendezvous address {shown}: cannot resolve '{self._host}' "
+            raise LaunchError(f"rendezvous address {shown}: cannot resolve '{host}' "
                               f"({exc.strerror}); give an address of this host that the "
                               "ranks' hosts can reach") from None
         sock = socket.socket(family, kind, proto)
@@ -175,7 +230,7 @@ class RendezvousServer:
         while running:
             for key, mask in self._selector.select(timeout=0.25):
                 if key.data == "listener":
-                    self._accept(conns)
+                    self._accept(key.fileobj, conns)  # type: ignore[arg-type]
                 elif key.data == "wake":
                     running = self._run_commands(conns)
                 else:
@@ -188,18 +243,25 @@ class RendezvousServer:
             self._drop(conn, conns, quiet=True)
         self._selector.close()
 
-    def _accept(self, conns: dict[socket.socket, _Conn]) -> None:
-        assert self._listener is not None and self._selector is not None
+    def _accept(self, listener: socket.socket, conns: dict[socket.socket, _Conn]) -> None:
+        assert self._selector is not None
         while True:
             try:
-                sock, addr = self._listener.accept()
+                sock, addr = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                log.warning("rendezvous %s: accept failed: %s", self.address, exc)
+                log.warning("rendezvous %s: accept failed: %s", self.shown, exc)
                 return
+            peer = wire.show_address((addr[0], addr[1])) if isinstance(addr, tuple) \
+                else str(addr)
+            if self._pending >= self._max_pending:
+                sock.close()
+                self._note_refusal(peer, f"{self._pending} connections already wait for "
+                                   "their handshake")
+                continue
             sock.setblocking(False)
-            peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+            self._pending += 1
             conn = _Conn(sock, peer, wire.nonce(),
                          time.monotonic() + self._handshake_timeout)
             conn.outbuf += wire.RENDEZVOUS_MAGIC + conn.nonce
@@ -252,6 +314,7 @@ class RendezvousServer:
                                           "gcurun rank)")
                 return
             conn.ready = True
+            self._pending -= 1
             self._send(conn, wire.server_proof(self._secret, LABEL, conn.nonce, checked[0]),
                        conns)
         while conn.sock in conns and len(conn.inbuf) >= wire.FRAME.size:
@@ -297,7 +360,7 @@ class RendezvousServer:
             problem = f"rank {rank} registered twice for generation {gen}"
         if problem:
             self._send(conn, {"op": "error", "message": problem}, conns)
-            log.warning("rendezvous %s: %s (from %s)", self.address, problem, conn.peer)
+            log.warning("rendezvous %s: %s (from %s)", self.shown, problem, conn.peer)
             return
         conn.generation, conn.rank, conn.host = gen, rank, str(info.get("host", "?"))
         members[rank] = conn
@@ -343,9 +406,17 @@ class RendezvousServer:
         self._selector.modify(conn.sock, events, conn)
 
     def _refuse(self, conn: _Conn, conns: dict[socket.socket, _Conn], why: str) -> None:
-        log.warning("rendezvous %s: refused the connection from %s: %s",
-                    wire.show_address(self.address), conn.peer, why)
+        self._note_refusal(conn.peer, why)
         self._drop(conn, conns, quiet=True)
+
+    def _note_refusal(self, peer: str, why: str) -> None:
+        self._refused += 1
+        if self._refused <= REFUSALS_SHOWN:
+            log.warning("rendezvous %s: refused the connection from %s: %s", self.shown,
+                        peer, why)
+        if self._refused == REFUSALS_SHOWN:
+            log.warning("rendezvous %s: further refused connections are counted, not "
+                        "shown", self.shown)
 
     def _lost(self, conn: _Conn, conns: dict[socket.socket, _Conn]) -> None:
         """The connection ended; without a goodbye, a registered rank died."""
@@ -360,6 +431,8 @@ class RendezvousServer:
         assert self._selector is not None
         if conns.pop(conn.sock, None) is None:
             return
+        if not conn.ready:
+            self._pending -= 1
         self._selector.unregister(conn.sock)
         conn.sock.close()
         gen = conn.generation

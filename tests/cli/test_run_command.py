@@ -126,7 +126,7 @@ def test_signal_to_gcurun_stops_every_rank(tmp_path, signum, code):
     finally:
         proc.kill()
     assert proc.returncode == code
-    assert f"gcurun received {signal.Signals(signum).name}; stopped every rank" in err
+    assert f"gcurun: interrupted by {signal.Signals(signum).name}; stopped every rank" in err
     records = read_ranks(tmp_path, 2)
     assert survivors([r["pid"] for r in records] + [r["grandchild"] for r in records]) == []
 

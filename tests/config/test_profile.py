@@ -248,10 +248,10 @@ def test_show_ranks_is_not_a_profile_key():
     ("np: 8.5", "1: np: expected an integer, got '8.5'"),
     ("np: true", "1: np: expected an integer, got 'true'"),
     ("np: [8]", "1: np: expected an integer, got a list"),
-    ("np: 0", "1: np: expected an integer of at least 1, got '0'"),
+    ("np: 0", "1: np: expected an integer from 1 to 1048576, got '0'"),
     ("oversubscribe: 1", "1: oversubscribe: expected true or false, got '1'"),
     ("grace_seconds: soon", "1: grace_seconds: expected a number, got 'soon'"),
-    ("grace_seconds: -1", "1: grace_seconds: expected a number of at least 0, got '-1'"),
+    ("grace_seconds: -1", "1: grace_seconds: expected a number from 0 to 86400, got '-1'"),
     ("grace_seconds: .inf", "1: grace_seconds: expected a number, got '.inf'"),
     ("grace_seconds: '5'", "1: grace_seconds: expected a number, got '5'"),
     ("grace_seconds:", "1: grace_seconds: expected a number, got nothing"),
@@ -261,11 +261,11 @@ def test_show_ranks_is_not_a_profile_key():
     ("hostfile: [a]", "1: hostfile: expected a file path, got a list"),
     ("ssh: 22", "1: ssh: expected a mapping of ssh settings, got '22'"),
     ("ssh:\n  port: 70000", "2: ssh.port: expected an integer from 1 to 65535, got '70000'"),
-    ("ssh:\n  timeout: 0", "2: ssh.timeout: expected a number above 0, got '0'"),
-    ("runtime:\n  cycle_time_ms: 0", "2: runtime.cycle_time_ms: expected a number above 0, "
-                                     "got '0'"),
+    ("ssh:\n  timeout: 0", "2: ssh.timeout: expected a number above 0 and at most 86400, got '0'"),
+    ("runtime:\n  cycle_time_ms: 0", "2: runtime.cycle_time_ms: expected a number above 0 "
+                                     "and at most 60000, got '0'"),
     ("runtime:\n  fusion_threshold_mb: -1",
-     "2: runtime.fusion_threshold_mb: expected a number of at least 0, got '-1'"),
+     "2: runtime.fusion_threshold_mb: expected a number from 0 to 65536, got '-1'"),
     ("runtime:\n  timeline_mark_cycles: sometimes",
      "2: runtime.timeline_mark_cycles: expected true or false, got 'sometimes'"),
     ("devices: []", "1: devices: expected a list of device ids, got an empty list; give at "
@@ -295,8 +295,8 @@ def test_wrong_values(text, message):
                          "got 'gpu'; did you mean 'gcu'?"),
     ("accelerator: 3", "1: accelerator: expected one of gcu, cuda, rocm, ascend, mlu, none, "
                        "got '3'"),
-    ("launcher: slurm", "1: launcher: expected one of local, ssh, mpi, got 'slurm'"),
-    ("launcher: mpirun", "1: launcher: expected one of local, ssh, mpi, got 'mpirun'; "
+    ("launcher: srun", "1: launcher: expected one of local, ssh, mpi, slurm, got 'srun'"),
+    ("launcher: mpirun", "1: launcher: expected one of local, ssh, mpi, slurm, got 'mpirun'; "
                          "did you mean 'mpi'?"),
     ("bind_to: numa-node", "1: bind_to: expected one of none, core, socket, numa, "
                            "got 'numa-node'; did you mean 'numa'?"),
@@ -402,7 +402,7 @@ def test_keys_must_be_names():
     ("hosts:\n  - {name: a, slots: 8, max_slots: 4}",
      "2: hosts[0].max_slots: 4 is below slots 8; raise max_slots or lower slots"),
     ("hosts:\n  - {name: a, slots: 0}",
-     "2: hosts[0].slots: expected an integer of at least 1, got '0'"),
+     "2: hosts[0].slots: expected an integer from 1 to 1048576, got '0'"),
     ("hosts:\n  - {name: a, port: 0}",
      "2: hosts[0].port: expected an integer from 1 to 65535, got '0'"),
     ("hosts:\n  - name: a\n  - name: b\n  - name: a",

@@ -292,6 +292,69 @@ def test_hosts_and_hostfile_together_are_refused():
     assert str(info.value) == "both GCURUN_HOSTS and GCURUN_HOSTFILE are set; unset one of them"
 
 
+# -- a Slurm allocation gives hosts where no layer does ---------------------------------------
+
+# What `salloc -N2 -n3` and a task of an srun step in it see (tests/hosts/test_slurm.py has
+# the full environments Slurm set).
+SALLOC = {"SLURM_JOB_ID": "12", "SLURM_JOB_NODELIST": "h[1-2]",
+          "SLURM_JOB_CPUS_PER_NODE": "2,1", "SLURM_TASKS_PER_NODE": "2,1",
+          "SLURM_NTASKS": "3"}
+STEP = {**SALLOC, "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "h[1-2]",
+        "SLURM_STEP_TASKS_PER_NODE": "2,1", "SLURM_STEP_NUM_TASKS": "3",
+        "SLURM_PROCID": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "1"}
+
+
+def test_an_allocation_gives_hosts_slots_and_np():
+    settings = resolve_settings({}, None, SALLOC, read_hostfile=no_reading)
+    assert settings.hosts == (HostSpec("h1", slots=2), HostSpec("h2", slots=1))
+    assert settings.np == 3
+    assert (settings.sources["hosts"], settings.sources["np"]) == ("slurm", "slurm")
+    assert settings.sources["hostfile"] == "default"
+    assert ("hosts", settings.hosts, "slurm") in explain_settings(settings)
+
+
+def test_np_given_anywhere_wins_over_the_allocations():
+    settings = resolve_settings({"np": 2}, None, SALLOC)
+    assert (settings.np, settings.sources["np"]) == (2, "cli")
+    assert settings.sources["hosts"] == "slurm"
+    settings = resolve_settings({}, None, {**SALLOC, "GCURUN_NP": "1"})
+    assert (settings.np, settings.sources["np"]) == (1, "env:GCURUN_NP")
+
+
+@pytest.mark.parametrize(("cli", "profile_text", "environ", "source"), [
+    ({"hosts": HOSTS}, "", {}, "cli"),
+    ({}, "# hosts\nhosts: [a:2, b:2]\n", {}, "profile:p.yaml:2"),
+    ({}, "", {"GCURUN_HOSTS": "a:2,b:2"}, "env:GCURUN_HOSTS"),
+])
+def test_hosts_given_by_any_layer_win_over_the_allocation(cli, profile_text, environ, source):
+    profile = parse_profile(profile_text, SOURCE) if profile_text else None
+    settings = resolve_settings(cli, profile, {**SALLOC, **environ})
+    assert settings.hosts == HOSTS and settings.sources["hosts"] == source
+    assert settings.np is None and settings.sources["np"] == "default"
+
+
+def test_a_task_of_a_step_without_hosts_is_refused():
+    with pytest.raises(UsageError) as info:
+        resolve_settings({}, None, STEP)
+    assert str(info.value) == (
+        "inside a Slurm step (SLURM_STEP_ID is set) the allocation's tasks per host are not "
+        "known: srun set SLURM_TASKS_PER_NODE to the step's; run gcurun in the allocation "
+        "itself (salloc or the sbatch script), not under srun, or name the hosts with -H")
+    assert resolve_settings({"hosts": HOSTS}, None, STEP).hosts == HOSTS
+
+
+def test_bad_slurm_variables_are_named():
+    with pytest.raises(UsageError, match="SLURM_TASKS_PER_NODE='2,1,1' counts 3 hosts but "
+                                         "SLURM_JOB_NODELIST='h\\[1-2\\]' names 2"):
+        resolve_settings({}, None, {**SALLOC, "SLURM_TASKS_PER_NODE": "2,1,1"})
+
+
+def test_outside_an_allocation_nothing_changes():
+    settings = resolve_settings({}, None, {"SLURM_CONF": "/etc/slurm/slurm.conf"})
+    assert settings.hosts is None and settings.np is None
+    assert settings.sources["hosts"] == settings.sources["np"] == "default"
+
+
 # -- env and forward_env combine -------------------------------------------------------------
 
 def test_env_merges_per_variable_and_cli_wins():
@@ -365,11 +428,11 @@ def test_unrelated_variables_are_ignored():
 
 
 @pytest.mark.parametrize(("variable", "text", "rule"), [
-    ("GCURUN_NP", "eight", "an integer of at least 1"),
-    ("GCURUN_NP", "0", "an integer of at least 1"),
+    ("GCURUN_NP", "eight", "an integer from 1 to 1048576"),
+    ("GCURUN_NP", "0", "an integer from 1 to 1048576"),
     ("GCURUN_SSH_PORT", "70000", "an integer from 1 to 65535"),
-    ("GCURUN_GRACE_SECONDS", "nan", "a number of at least 0"),
-    ("GCURUN_CYCLE_TIME_MS", "0", "a number above 0"),
+    ("GCURUN_GRACE_SECONDS", "nan", "a number from 0 to 86400"),
+    ("GCURUN_CYCLE_TIME_MS", "0", "a number above 0 and at most 60000"),
     ("GCURUN_OVERSUBSCRIBE", "maybe", "true or false"),
     ("GCURUN_TIMELINE_MARK_CYCLES", "2", "true or false"),
     ("GCURUN_ACCELERATOR", "gpu", "one of gcu, cuda, rocm, ascend, mlu, none"),
@@ -377,9 +440,9 @@ def test_unrelated_variables_are_ignored():
     ("GCURUN_SSH_HOST_KEY_POLICY", "never", "one of strict, accept-new, off"),
     ("GCURUN_DEVICES", "0,,1", "a list of device ids"),
     ("GCURUN_MPI_ARGS", "--mca 'btl", "a list of arguments or one string"),
-    ("HOROVOD_FUSION_THRESHOLD", "64MB", "an integer of at least 0"),
-    ("HOROVOD_CYCLE_TIME", "fast", "a number above 0"),
-    ("HOROVOD_STALL_CHECK_TIME_SECONDS", "-1", "a number of at least 0"),
+    ("HOROVOD_FUSION_THRESHOLD", "64MB", "an integer from 0 to 68719476736"),
+    ("HOROVOD_CYCLE_TIME", "fast", "a number above 0 and at most 60000"),
+    ("HOROVOD_STALL_CHECK_TIME_SECONDS", "-1", "a number from 0 to 604800"),
 ])
 def test_bad_environment_values_name_the_variable(variable, text, rule):
     with pytest.raises(UsageError) as info:
@@ -441,7 +504,7 @@ def test_explain_settings_lists_every_key_with_value_and_source():
     assert [row[0] for row in rows if "." not in row[0] or row[0].startswith("env.")] == [
         "np", "hosts", "hostfile", "oversubscribe", "accelerator", "devices", "launcher",
         "env", "env.A", "forward_env", "bind_to", "map_by", "report_bindings", "output_dir",
-        "show_ranks", "grace_seconds", "workdir"]
+        "show_ranks", "grace_seconds", "workdir", "master_addr", "master_port"]
     assert by_key["np"] == (4, "cli")
     assert by_key["env.A"] == ("x", "profile:p.yaml:2")
     assert by_key["ssh.port"] == (2222, "profile:p.yaml:4")

@@ -1,5 +1,5 @@
-"""One rank of a 2-process job of another framework, its variables set by hand:
-``contract_rank.py paddle|jax``. Prints one JSON line: the rank, the sum of an all-reduce
+"""One rank of a 2-process job of another framework, its variables set by hand or by
+gcurun: ``contract_rank.py paddle|jax``. Prints one JSON line: the rank, the sum of an all-reduce
 of rank+1 over all ranks, and (rank 0) the TCP ports this process listens on."""
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ def jax_rank() -> dict:
     if "CONTRACT_NUM_PROCESSES" in os.environ:
         args = {"num_processes": int(os.environ["CONTRACT_NUM_PROCESSES"]),
                 "process_id": int(os.environ["CONTRACT_PROCESS_ID"])}
+    elif os.environ.get("CONTRACT_IDS_FROM") == "torch":
+        # What a script does under a launcher JAX does not detect (gcurun's own).
+        args = {"num_processes": int(os.environ["WORLD_SIZE"]),
+                "process_id": int(os.environ["RANK"])}
     jax.distributed.initialize(**args)
     local = jnp.full((jax.local_device_count(), 1), float(jax.process_index() + 1))
     total = jax.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")(local)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import skip_without
+
 pytestmark = [pytest.mark.integration]
 
 RANK = str(Path(__file__).resolve().parent / "contract_rank.py")
@@ -68,7 +70,7 @@ def paddle_env(rank: int, endpoints: list[str]) -> dict[str, str]:
 
 @pytest.mark.paddle
 def test_paddle_store_is_paddle_master_whatever_master_port_says():
-    pytest.importorskip("paddle", reason="needs paddlepaddle (pip install paddlepaddle)")
+    skip_without("paddle", "pip install paddlepaddle")
     master, torch_port, *ports = free_ports(4)
     endpoints = [f"127.0.0.1:{p}" for p in ports]
     got = run_two("paddle", [{**paddle_env(r, endpoints),
@@ -83,7 +85,7 @@ def test_paddle_store_is_paddle_master_whatever_master_port_says():
 
 @pytest.mark.paddle
 def test_paddle_store_without_paddle_master_is_the_first_endpoint():
-    pytest.importorskip("paddle", reason="needs paddlepaddle (pip install paddlepaddle)")
+    skip_without("paddle", "pip install paddlepaddle")
     ports = free_ports(2)
     endpoints = [f"127.0.0.1:{p}" for p in ports]
     got = run_two("paddle", [paddle_env(r, endpoints) for r in (0, 1)])
@@ -93,7 +95,7 @@ def test_paddle_store_without_paddle_master_is_the_first_endpoint():
 
 @pytest.mark.jax
 def test_jax_needs_the_count_and_id_passed_beside_its_coordinator_variable():
-    pytest.importorskip("jax", reason="needs jax (pip install jax)")
+    skip_without("jax", "pip install jax")
     (port,) = free_ports(1)
     got = run_two("jax", [{"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
                            "CONTRACT_NUM_PROCESSES": "2", "CONTRACT_PROCESS_ID": str(r),
@@ -104,7 +106,7 @@ def test_jax_needs_the_count_and_id_passed_beside_its_coordinator_variable():
 
 @pytest.mark.jax
 def test_jax_reads_no_process_count_from_the_environment():
-    pytest.importorskip("jax", reason="needs jax (pip install jax)")
+    skip_without("jax", "pip install jax")
     (port,) = free_ports(1)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
     done = subprocess.run(

@@ -176,3 +176,16 @@ def test_read_unreadable_hostfile(tmp_path: Path) -> None:
         read_hostfile(path)
     assert str(caught.value) == (f"hostfile '{path}' cannot be read: {reason}; "
                                  "check the path and its permissions")
+
+
+@pytest.mark.parametrize("text", [
+    # What Kubeflow's MPI Operator mounts at /etc/mpi/hostfile for an MPIJob named
+    # "train" with 2 workers of 4 slots: Open MPI's form, and MPICH's and Intel MPI's.
+    "train-worker-0.train-worker.default.svc slots=4\n"
+    "train-worker-1.train-worker.default.svc slots=4\n",
+    "train-worker-0.train-worker.default.svc:4\ntrain-worker-1.train-worker.default.svc:4\n",
+])
+def test_the_mpi_operators_hostfile(text: str) -> None:
+    assert parse_hostfile(text) == (
+        HostSpec("train-worker-0.train-worker.default.svc", slots=4),
+        HostSpec("train-worker-1.train-worker.default.svc", slots=4))

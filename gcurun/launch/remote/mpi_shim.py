@@ -4,7 +4,9 @@ mpirun starts every rank with one environment. This shim runs first on each rank
 who the rank is from the MPI launcher's variables, sets gcurun's rank environment
 (GCURUN_*, HOROVOD_*, torch's variables, the device variable; the same names the local
 and SSH launchers set) and execs the command, so ``bash run.sh`` and ``python train.py``
-both work. Standard library only; it imports nothing heavy.
+both work. Before the exec it starts the rank's guard (:mod:`.rank_guard`), which stops
+the rank's process group if the MPI daemon dies. Standard library only; it imports nothing
+heavy.
 
 Identity sources, first match wins:
 
@@ -20,6 +22,19 @@ per host in rank order) and the launcher's placement agrees with it, which the s
 rank by rank; under Slurm SLURM_NODEID is used. Otherwise they assume every host runs
 LOCAL_SIZE ranks in blocks (rank // local size), which is what mpirun's default by-slot
 mapping gives on equal hosts.
+
+Under ``gcurun --slurm`` (srun starts the shim), three more things happen here:
+
+* the launcher's address in the rendezvous variables (``*:PORT``) becomes the address
+  srun ran from (SLURM_LAUNCH_NODE_IPADDR), which the node is known to reach;
+* devices Slurm gave the step (GRES: srun set the accelerator's variable, which the
+  launcher left out of the ranks' environment; ``GCURUN_GRES_DEVICES=1``) win over the
+  plan's: with ``--gpus-per-task`` a rank keeps what it was given, otherwise it takes
+  its local rank's entry of the shared list;
+* the rank's CPU and memory binding, decided by the plan (``GCURUN_BINDINGS``, one entry
+  per rank: :func:`encode_bindings`), is applied with numactl (or sched_setaffinity where
+  numactl is missing) before the command runs; srun itself binds nothing
+  (``--cpu-bind=none``).
 """
 
 from __future__ import annotations
@@ -27,15 +42,25 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gcurun.errors import HostSpecError
 from gcurun.hosts.slurm import parse_tasks_per_node
-from gcurun.launch.remote.bind_exec import exec_command
-from gcurun.launch.remote.rank_env import rank_environment
+from gcurun.launch.remote.bind_exec import exec_command, exec_with_binding
+from gcurun.launch.remote.rank_env import (
+    ANY_ADDRESS,
+    GCURUN_PREFIX,
+    PADDLE_ENDPOINTS_VARIABLE,
+    rank_environment,
+    show_address,
+)
+from gcurun.launch.remote.rank_guard import start_rank_guard
 
 EXIT_USAGE = 2
+# srun's --job-name names gcurun's step, and its tasks see that as SLURM_JOB_NAME; the
+# launcher passes the allocation's own name here and the shim puts it back.
+JOB_NAME_VARIABLE = "GCURUN_SLURM_JOB_NAME"
 _SOURCES = (
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE"),
@@ -117,6 +142,9 @@ def _place(ident: Identity, slots: list[int]) -> int | None:
 def _device(env: Mapping[str, str], node: int | None, local_rank: int) -> str | None:
     if not env.get("GCURUN_DEVICE_VAR"):
         return None
+    given = gres_device(env, local_rank)
+    if given is not None:
+        return given
     text = env.get("GCURUN_DEVICES")
     if text is None:
         return str(local_rank)
@@ -135,15 +163,110 @@ def _device(env: Mapping[str, str], node: int | None, local_rank: int) -> str | 
     return devices[local_rank]
 
 
+def gres_device(env: Mapping[str, str], local_rank: int) -> str | None:
+    """The device Slurm gave this rank, when the launcher asked to take it from Slurm
+    (``GCURUN_GRES_DEVICES=1``) and srun set the accelerator's variable; else None.
+
+    With ``--gpus-per-task`` (SLURM_GPUS_PER_TASK) every device the task got stays its
+    own; otherwise the tasks of a node share one list and each takes its local rank's.
+    Raises ShimError when the shared list is too short.
+    """
+    name = env.get("GCURUN_DEVICE_VAR")
+    if env.get("GCURUN_GRES_DEVICES") != "1" or not name or not env.get(name):
+        return None
+    text = env[name]
+    devices = [d.strip() for d in text.split(",") if d.strip()]
+    if env.get("SLURM_GPUS_PER_TASK") or len(devices) == 1:
+        return ",".join(devices)
+    if local_rank >= len(devices):
+        raise ShimError(f"local rank {local_rank} has no device: Slurm gave this node's "
+                        f"tasks {name}={text!r}; ask srun for a device per task "
+                        "(--gpus-per-task=1) or start fewer ranks per node")
+    return devices[local_rank]
+
+
+def _endpoints(env: Mapping[str, str], size: int) -> list[str] | None:
+    """Paddle's endpoint list as the launcher exported it, when it has one per rank."""
+    listed = [e for e in env.get(PADDLE_ENDPOINTS_VARIABLE, "").split(",") if e]
+    return listed if len(listed) == size else None
+
+
+@dataclass(frozen=True)
+class RankBinding:
+    """The CPUs (and NUMA node) the plan bound one rank to."""
+
+    cpus: tuple[int, ...]
+    numa_node: int | None = None
+    mem_bind: bool = False
+
+
+def encode_bindings(bindings: Sequence[RankBinding | None]) -> str:
+    """``GCURUN_BINDINGS``: one entry per rank, ';'-separated: ``CPUS[/NODE[/m]]`` (CPUs
+    as ``0-3,8``; ``m``: memory bound to NODE), empty for an unbound rank."""
+    entries = []
+    for b in bindings:
+        if b is None:
+            entries.append("")
+            continue
+        entry = _cpu_ranges(b.cpus)
+        if b.numa_node is not None:
+            entry += f"/{b.numa_node}" + ("/m" if b.mem_bind else "")
+        entries.append(entry)
+    return ";".join(entries)
+
+
+def rank_binding(env: Mapping[str, str], rank: int) -> RankBinding | None:
+    """This rank's entry of ``GCURUN_BINDINGS`` (None without one). Raises ShimError for
+    an entry that is not ``CPUS[/NODE[/m]]``."""
+    text = env.get("GCURUN_BINDINGS")
+    if not text:
+        return None
+    entries = text.split(";")
+    if rank >= len(entries):
+        raise ShimError(f"GCURUN_BINDINGS has {len(entries)} entries but this is rank {rank}")
+    entry = entries[rank]
+    if not entry:
+        return None
+    parts = entry.split("/")
+    try:
+        cpus = tuple(c for item in parts[0].split(",") for c in _cpu_range(item))
+        node = int(parts[1]) if len(parts) > 1 else None
+    except ValueError:
+        raise ShimError(f"GCURUN_BINDINGS entry {rank} {entry!r} is not CPUS[/NODE[/m]]") \
+            from None
+    if not cpus or len(parts) > 3 or parts[2:] not in ([], ["m"]):
+        raise ShimError(f"GCURUN_BINDINGS entry {rank} {entry!r} is not CPUS[/NODE[/m]]")
+    return RankBinding(cpus, node, parts[2:] == ["m"])
+
+
+def _cpu_ranges(cpus: Sequence[int]) -> str:
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and runs[-1][1] == cpu - 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _cpu_range(item: str) -> range:
+    low, _, high = item.partition("-")
+    return range(int(low), int(high or low) + 1)
+
+
 def shim_environment(env: Mapping[str, str], hostname: str,
                      cpu_count: int | None = None) -> dict[str, str]:
     """The variables to set for this rank, from the launcher's and gcurun's variables.
 
-    ``cpu_count`` is the number of CPUs mpirun bound the rank to; it becomes
-    OMP_NUM_THREADS when gcurun asked for a binding and the user did not set it.
-    Raises ShimError when the rank cannot be identified or has no device.
+    ``cpu_count`` is the number of CPUs mpirun bound the rank to (the plan's binding, when
+    there is one, wins); it becomes OMP_NUM_THREADS when gcurun asked for a binding and
+    the user did not set it. Raises ShimError when the rank cannot be identified or has
+    no device.
     """
     ident = launcher_identity(env)
+    binding = rank_binding(env, ident.rank)
+    if binding is not None:
+        cpu_count = len(binding.cpus)
     slots = _layout(env)
     placed = _place(ident, slots) if slots else None
     exact = placed if placed is not None else ident.node_rank
@@ -163,10 +286,33 @@ def shim_environment(env: Mapping[str, str], hostname: str,
         node_rank=node, hostname=name, master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
         master_port=int(env.get("MASTER_PORT", "29500")),
         device_var=env.get("GCURUN_DEVICE_VAR") or None,
-        device=_device(env, exact, ident.local_rank))
+        device=_device(env, exact, ident.local_rank),
+        node_count=len(slots) if placed is not None else None,
+        endpoints=_endpoints(env, ident.size))
     if env.get("GCURUN_BIND_TO", "none") != "none" and "OMP_NUM_THREADS" not in env \
             and cpu_count:
         out["OMP_NUM_THREADS"] = str(cpu_count)
+    if JOB_NAME_VARIABLE in env:
+        out["SLURM_JOB_NAME"] = env[JOB_NAME_VARIABLE]
+    out.update(launcher_addresses(env))
+    return out
+
+
+def launcher_addresses(env: Mapping[str, str]) -> dict[str, str]:
+    """gcurun's variables that name the launcher as ``*:PORT`` (the rendezvous, gcurun.run's
+    service), with ``*`` replaced by the address srun ran from, as Slurm gives it to every
+    task (SLURM_LAUNCH_NODE_IPADDR): the launcher runs where srun does, and this node
+    reached srun there. Raises ShimError when one needs it and it is not set."""
+    out = {}
+    for name, value in env.items():
+        if not (name.startswith(GCURUN_PREFIX) and value.startswith(ANY_ADDRESS + ":")):
+            continue
+        address = env.get("SLURM_LAUNCH_NODE_IPADDR", "").strip()
+        if not address:
+            raise ShimError(f"{name}={value!r} asks for the launcher's address, which srun "
+                            "gives as SLURM_LAUNCH_NODE_IPADDR, but that is not set; start "
+                            "the ranks with gcurun --slurm")
+        out[name] = show_address(address, int(value[len(ANY_ADDRESS) + 1:]))
     return out
 
 
@@ -180,9 +326,14 @@ def main(argv: list[str]) -> None:
     try:
         os.environ.update(shim_environment(os.environ, socket.gethostname(),
                                            len(os.sched_getaffinity(0))))
+        binding = rank_binding(os.environ, int(os.environ["GCURUN_RANK"]))
     except ShimError as exc:
         sys.stderr.write(f"gcurun mpi shim: {exc}\n")
         sys.exit(EXIT_USAGE)
+    start_rank_guard()   # the rank's group is stopped even if the MPI daemon is killed
+    if binding is not None:
+        exec_with_binding(binding.cpus, binding.numa_node if binding.mem_bind else None,
+                          argv, "gcurun mpi shim")
     exec_command(argv, "gcurun mpi shim")
 
 

@@ -1,9 +1,11 @@
 """What the launcher and a bootstrap say to each other over one SSH channel.
 
 The bootstrap speaks first: one hello line (``GCURUN-BOOTSTRAP {json}``), then binary
-frames (kind, rank, payload) with its ranks' output and exits. The launcher sends
-messages in the JSON framing of :mod:`gcurun.rendezvous.wire` (4-byte length, JSON with
-an ``op``): the ``job``, later perhaps ``terminate``.
+frames (kind, rank, payload) with its ranks' output and exits (``STOPPED``, rank -1, names
+the signal that stopped the bootstrap itself). The launcher sends messages in the JSON
+framing of :mod:`gcurun.rendezvous.wire` (4-byte length, JSON with an ``op``): the
+``job`` (with ``more``: true when ``ranks`` messages follow with more ranks), ``ranks``
+(the same ``more``), and perhaps ``terminate``.
 
 Stdlib only (and the stdlib-only wire module): the bootstrap imports it on remote hosts.
 """
@@ -22,11 +24,11 @@ from typing import Any
 from gcurun.rendezvous.wire import FRAME, FRAME_LIMIT, WireError, decode_body
 
 HELLO_PREFIX = b"GCURUN-BOOTSTRAP "
-PROTOCOL = 2
+PROTOCOL = 3
 
 # Frames from the bootstrap: kind (1 byte), rank (signed 32 bits), length (32 bits), payload.
 FRAME_HEADER = struct.Struct(">BiI")
-STARTED, STDOUT, STDERR, EXIT, ERROR = 1, 2, 3, 4, 5
+STARTED, STDOUT, STDERR, EXIT, ERROR, STOPPED = 1, 2, 3, 4, 5, 6
 STREAM_KINDS = {STDOUT: "stdout", STDERR: "stderr"}
 
 

@@ -1,9 +1,17 @@
 """The rank environment contract, built by one function.
 
 Stdlib only and free of gcurun imports: the MPI rank shim imports it on every rank start.
+
+Besides gcurun's own names (and Horovod's and torch's), every rank gets what Paddle's
+and JAX's distributed modes read (docs/frameworks.md), so ``paddle.distributed``'s
+``init_parallel_env()`` and ``jax.distributed.initialize()`` find their job under gcurun
+as under their own launchers. One port serves every framework's rendezvous on rank 0's
+host (``MASTER_PORT``): a script uses one framework's.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 # (GCURUN name, Horovod twin) for each per-rank fact.
 RANK_FACTS = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "HOSTNAME")
@@ -15,6 +23,46 @@ RENDEZVOUS_VARIABLE = "GCURUN_RENDEZVOUS"
 # An address of the launcher given as ``*:PORT`` means "the launcher's address as seen
 # from the rank's host"; the executors fill it in per host.
 ANY_ADDRESS = "*"
+
+PADDLE_ENDPOINTS_VARIABLE = "PADDLE_TRAINER_ENDPOINTS"
+# Paddle's name for each accelerator's device variable: (device kind in FLAGS_selected_*,
+# whether Paddle drives it through a custom-device plugin and its xccl backend).
+PADDLE_DEVICES: Mapping[str, tuple[str, bool]] = {
+    "TOPS_VISIBLE_DEVICES": ("gcu", True),
+    "CUDA_VISIBLE_DEVICES": ("gpu", False),
+    "ROCR_VISIBLE_DEVICES": ("gpu", False),
+    "ASCEND_RT_VISIBLE_DEVICES": ("npu", True),
+    "MLU_VISIBLE_DEVICES": ("mlu", True),
+}
+
+# Every variable whose value differs from rank to rank: launchers that give all ranks one
+# environment (mpirun, srun) leave these to the rank shim.
+PER_RANK_VARIABLES = frozenset(
+    [GCURUN_PREFIX + f for f in RANK_FACTS] + [HOROVOD_PREFIX + f for f in RANK_FACTS]
+    + ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+       "OMP_NUM_THREADS", "PADDLE_TRAINER_ID", "PADDLE_GLOBAL_RANK", "PADDLE_LOCAL_RANK",
+       "PADDLE_RANK_IN_NODE", "PADDLE_LOCAL_SIZE", "PADDLE_CURRENT_ENDPOINT",
+       "PADDLE_DISTRI_BACKEND", "PADDLE_XCCL_BACKEND", "JAX_LOCAL_DEVICE_IDS"]
+    + sorted({f"FLAGS_selected_{kind}s" for kind, _ in PADDLE_DEVICES.values()}))
+
+
+def show_address(host: str, port: int) -> str:
+    """``host:port``, an IPv6 literal in brackets: ``[fe80::1]:29500``."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def endpoint_port(port: int, local_rank: int) -> int:
+    """The port of a rank's own Paddle endpoint: the ports after the job's ``port``, one
+    per local rank (below it where that would pass 65535)."""
+    above = port + 1 + local_rank
+    return above if above <= 65535 else port - 1 - local_rank
+
+
+def paddle_endpoints(hosts: Sequence[str], counts: Sequence[int], port: int) -> list[str]:
+    """Every rank's Paddle endpoint in rank order, for ``counts[i]`` ranks on ``hosts[i]``
+    (ranks placed host by host)."""
+    return [show_address(host, endpoint_port(port, local))
+            for host, count in zip(hosts, counts, strict=True) for local in range(count)]
 
 
 def rank_environment(
@@ -31,11 +79,18 @@ def rank_environment(
     master_port: int,
     device_var: str | None,
     device: str | None,
+    node_count: int | None = None,
+    endpoints: Sequence[str] | None = None,
 ) -> dict[str, str]:
     """Every variable that tells one rank who it is: GCURUN_*, their HOROVOD_* twins,
     torch's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/GROUP_RANK/MASTER_ADDR/MASTER_PORT,
-    the accelerator's device variable (when there is one and a device) and
-    PYTHONUNBUFFERED so Python ranks stream their output."""
+    the accelerator's device variable (when there is one and a device), Paddle's and
+    JAX's variables (see :func:`framework_environment`) and PYTHONUNBUFFERED so Python
+    ranks stream their output.
+
+    ``node_count`` is the number of hosts of the job (default: ``cross_size``);
+    ``endpoints`` every rank's Paddle endpoint (:func:`paddle_endpoints`), when known.
+    """
     facts = {
         "RANK": rank,
         "SIZE": size,
@@ -61,4 +116,49 @@ def rank_environment(
     )
     if device_var and device is not None:
         env[device_var] = device
+    env.update(framework_environment(
+        rank=rank, size=size, local_rank=local_rank, local_size=local_size,
+        node_count=cross_size if node_count is None else node_count,
+        master=show_address(master_addr, master_port),
+        device_var=device_var if device is not None else None, endpoints=endpoints))
+    return env
+
+
+def framework_environment(*, rank: int, size: int, local_rank: int, local_size: int,
+                          node_count: int, master: str, device_var: str | None,
+                          endpoints: Sequence[str] | None) -> dict[str, str]:
+    """What ``paddle.distributed.launch`` would set for this rank, and JAX's coordinator.
+
+    Paddle: trainer id and count (and their GLOBAL_ twins), local rank and size, hosts,
+    the store at ``master`` (PADDLE_MASTER), the endpoints when known; on a device, its
+    index in the visible list (``FLAGS_selected_gpus=0``: the rank sees one device) and,
+    for plugin devices (GCU, Ascend, MLU), the xccl backend; without one, gloo.
+    JAX: ``JAX_COORDINATOR_ADDRESS`` (the process count and id come from the script, or
+    from Slurm's variables under srun) and, on a device, ``JAX_LOCAL_DEVICE_IDS=0``.
+    """
+    env = {
+        "PADDLE_TRAINER_ID": str(rank),
+        "PADDLE_GLOBAL_RANK": str(rank),
+        "PADDLE_TRAINERS_NUM": str(size),
+        "PADDLE_GLOBAL_SIZE": str(size),
+        "PADDLE_LOCAL_RANK": str(local_rank),
+        "PADDLE_RANK_IN_NODE": str(local_rank),
+        "PADDLE_LOCAL_SIZE": str(local_size),
+        "PADDLE_NNODES": str(node_count),
+        "PADDLE_MASTER": master,
+        "JAX_COORDINATOR_ADDRESS": master,
+    }
+    if endpoints is not None and rank < len(endpoints):
+        env[PADDLE_ENDPOINTS_VARIABLE] = ",".join(endpoints)
+        env["PADDLE_CURRENT_ENDPOINT"] = endpoints[rank]
+    paddle_device = PADDLE_DEVICES.get(device_var or "")
+    if paddle_device is None:
+        env["PADDLE_DISTRI_BACKEND"] = "gloo"
+        return env
+    kind, plugin = paddle_device
+    env[f"FLAGS_selected_{kind}s"] = "0"
+    if plugin:
+        env["PADDLE_DISTRI_BACKEND"] = "xccl"
+        env["PADDLE_XCCL_BACKEND"] = kind
+    env["JAX_LOCAL_DEVICE_IDS"] = "0"
     return env

@@ -22,7 +22,7 @@ from gcurun.config.api import Settings
 from gcurun.errors import SSHConnectError
 from gcurun.launch.api import LaunchPlan
 from gcurun.launch.remote import bootstrap
-from gcurun.launch.remote.protocol import Hello, parse_hello
+from gcurun.launch.remote.protocol import PROTOCOL, Hello, parse_hello
 from gcurun.launch.ssh.api import Connection, Deadline, HostFailure
 from gcurun.launch.ssh.connect import connect
 from gcurun.launch.ssh.hostkeys import KnownHostEntry, read_known_hosts
@@ -212,6 +212,11 @@ class _HostRun:
                 raise HostFailure(self.diagnose(conn, channel, leftover, deadline))
             if hello.version != self.version:
                 raise HostFailure(self.mismatch(hello.version, t.python))
+            if hello.protocol != PROTOCOL:
+                raise HostFailure(
+                    f"gcurun's bootstrap on {t.alias} speaks protocol {hello.protocol}, this "
+                    f"launcher {PROTOCOL}: the same version from another checkout; install "
+                    "this gcurun there")
         except BaseException:
             conn.close()
             raise

@@ -81,11 +81,18 @@ class JobState:
 
 
 def stop_groups(groups: Sequence[RankGroup], grace_seconds: float) -> list[threading.Thread]:
-    """Tell every group to stop, in parallel, without blocking the caller."""
-    threads = [threading.Thread(target=g.terminate, args=(grace_seconds,), daemon=True,
-                                name="stop-group") for g in groups]
-    for t in threads:
-        t.start()
+    """Tell every group to stop, in parallel, without blocking the caller; a group whose
+    thread cannot start (the host is out of threads or processes) is stopped in this one."""
+    threads = []
+    for g in groups:
+        t = threading.Thread(target=g.terminate, args=(grace_seconds,), daemon=True,
+                             name="stop-group")
+        try:
+            t.start()
+        except RuntimeError:
+            g.terminate(grace_seconds)
+            continue
+        threads.append(t)
     return threads
 
 

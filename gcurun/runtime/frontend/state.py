@@ -252,6 +252,9 @@ def _init_mpi(env: RuntimeEnv, comm: Any) -> _State:
     from mpi4py import MPI
 
     from gcurun.runtime.transport.mpi import mpi_topology
+    from gcurun.runtime.world_guard import check_mpi_world
+
+    check_mpi_world(MPI.COMM_WORLD.Get_size())  # no world of 1 where N were launched
 
     if comm is None:
         comm = MPI.COMM_WORLD

@@ -103,3 +103,12 @@ def test_empty_command_and_hosts():
         build_plan(A8B8, [])
     with pytest.raises(PlanError, match="no hosts given"):
         build_plan((), ["x"])
+
+
+def test_a_plan_holds_at_most_max_ranks():
+    huge = [HostSpec("a", 1 << 19), HostSpec("b", (1 << 19) + 1)]
+    with pytest.raises(PlanError, match=r"the hosts have 1048577 slots in all, and a rank "
+                                        r"for each is more than the 1048576 ranks"):
+        assign_ranks(huge, None, False)
+    with pytest.raises(PlanError, match=r"-np 1048577: gcurun plans at most 1048576 ranks"):
+        assign_ranks([HostSpec("a", 8)], 1048577, True)

@@ -17,6 +17,7 @@ from gcurun.launch.planning.plan import build_plan
 from gcurun.launch.remote.mpi_shim import (
     ShimError,
     launcher_identity,
+    rank_binding,
     shim_environment,
     slurm_tasks_on_node,
 )
@@ -168,3 +169,80 @@ def test_rank_command_starts_with_default_sigpipe():
     out = run_shim("cat", "/proc/self/status")
     assert signal.SIGPIPE not in ignored_signals(out.stdout)
     assert signal.SIGXFSZ not in ignored_signals(out.stdout)
+
+
+# -- under srun (gcurun --slurm) --------------------------------------------------------------
+
+def slurm_task(rank, local_rank, **extra):
+    return {"SLURM_PROCID": str(rank), "SLURM_LOCALID": str(local_rank), "SLURM_NODEID": "0",
+            "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_STEP_NUM_TASKS": "2",
+            "GCURUN_DEVICE_VAR": "CUDA_VISIBLE_DEVICES", "GCURUN_DEVICES": "0,1",
+            "GCURUN_GRES_DEVICES": "1", **extra}
+
+
+def test_devices_slurms_gres_set_win_over_the_plans():
+    # srun --gres=gpu:2: both tasks of a node see the node's list; each takes its own.
+    shared = {"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_STEP_GPUS": "2,3"}
+    assert [shim_environment(slurm_task(r, r, **shared), "h")["CUDA_VISIBLE_DEVICES"]
+            for r in (0, 1)] == ["2", "3"]
+    # srun --gpus-per-task: each task keeps what it got, one device or several.
+    assert shim_environment(slurm_task(1, 1, CUDA_VISIBLE_DEVICES="1"),
+                            "h")["CUDA_VISIBLE_DEVICES"] == "1"
+    assert shim_environment(slurm_task(1, 1, CUDA_VISIBLE_DEVICES="2,3",
+                                       SLURM_GPUS_PER_TASK="2"),
+                            "h")["CUDA_VISIBLE_DEVICES"] == "2,3"
+    # No GRES: the plan's devices.
+    assert shim_environment(slurm_task(1, 1), "h")["CUDA_VISIBLE_DEVICES"] == "1"
+    # Not asked to take Slurm's (mpirun, which passes the launcher's variable on).
+    got = shim_environment({**slurm_task(1, 1, CUDA_VISIBLE_DEVICES="7"),
+                            "GCURUN_GRES_DEVICES": ""}, "h")
+    assert got["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_a_shared_gres_list_shorter_than_the_ranks_is_an_error():
+    env = {**slurm_task(1, 1, CUDA_VISIBLE_DEVICES="0,2"), "SLURM_STEP_TASKS_PER_NODE": "3",
+           "SLURM_STEP_NUM_TASKS": "3", "SLURM_PROCID": "2", "SLURM_LOCALID": "2"}
+    with pytest.raises(ShimError) as info:
+        shim_environment(env, "h")
+    assert str(info.value) == (
+        "local rank 2 has no device: Slurm gave this node's tasks "
+        "CUDA_VISIBLE_DEVICES='0,2'; ask srun for a device per task (--gpus-per-task=1) or "
+        "start fewer ranks per node")
+
+
+@pytest.mark.parametrize("entry", ["x", "0-1/a", "0/0/x", "0/0/m/m", "/0"])
+def test_bad_binding_entries_are_errors(entry):
+    with pytest.raises(ShimError, match=f"GCURUN_BINDINGS entry 0 '{entry}' is not "
+                                        r"CPUS\[/NODE\[/m\]\]"):
+        rank_binding({"GCURUN_BINDINGS": entry}, 0)
+    with pytest.raises(ShimError, match="GCURUN_BINDINGS has 1 entries but this is rank 3"):
+        rank_binding({"GCURUN_BINDINGS": "0"}, 3)
+
+
+def test_a_bound_rank_gets_its_cpus_and_their_count_as_omp_threads():
+    base = {**ompi_vars(1, 2, 1, 2), "GCURUN_BIND_TO": "core", "GCURUN_BINDINGS": "0;0"}
+    assert shim_environment(base, "x", cpu_count=64)["OMP_NUM_THREADS"] == "1"
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    out = run_shim("python3", "-c", "import os; print(sorted(os.sched_getaffinity(0)))",
+                   extra={"GCURUN_BIND_TO": "core", "GCURUN_BINDINGS": f"0;{cpu}"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"[{cpu}]"
+
+
+def test_the_launchers_address_is_the_one_srun_ran_from():
+    env = {**slurm_task(0, 0), "GCURUN_RENDEZVOUS": "*:4000", "GCURUN_FUNCTION": "*:4001",
+           "GCURUN_SECRET": "00ff",
+           "OTHER": "*:5", "SLURM_LAUNCH_NODE_IPADDR": "10.0.0.1"}
+    got = shim_environment(env, "h")
+    assert (got["GCURUN_RENDEZVOUS"], got["GCURUN_FUNCTION"]) == ("10.0.0.1:4000",
+                                                                  "10.0.0.1:4001")
+    assert "OTHER" not in got and "GCURUN_SECRET" not in got
+    assert shim_environment({**env, "SLURM_LAUNCH_NODE_IPADDR": "fd00::1"},
+                            "h")["GCURUN_RENDEZVOUS"] == "[fd00::1]:4000"
+    # An address given in full (mpirun, local jobs) stays as it is.
+    assert "GCURUN_RENDEZVOUS" not in shim_environment(
+        {**slurm_task(0, 0), "GCURUN_RENDEZVOUS": "127.0.0.1:4000"}, "h")
+    with pytest.raises(ShimError, match="GCURUN_RENDEZVOUS='\\*:4000' asks for the "
+                                        "launcher's address, which srun gives as "
+                                        "SLURM_LAUNCH_NODE_IPADDR, but that is not set"):
+        shim_environment({**slurm_task(0, 0), "GCURUN_RENDEZVOUS": "*:4000"}, "h")

@@ -47,12 +47,28 @@ def session():
 
 
 def test_job_message_carries_env_secrets_and_binding(session):
-    group = SSHRankGroup(session, [spec(0, "a", binding=Binding((2, 3), 1, True))],
+    group = SSHRankGroup(session, [spec(0, "a", binding=Binding((2, 3), 1, True),
+                                        env={"GCURUN_RANK": "0", "JOB": "j"}),
+                                   spec(1, "b", env={"GCURUN_RANK": "1", "JOB": "j"})],
                          workdir="/w", secrets={"GCURUN_SECRET": "x"}, kill_grace=4.0)
-    assert group.job_message() == {
+    assert list(group.job_messages()) == [{
         "op": "job", "workdir": "/w", "kill_grace": 4.0, "secrets": {"GCURUN_SECRET": "x"},
+        "env": {"JOB": "j"}, "more": False,
         "ranks": [{"rank": 0, "argv": ["a"], "env": {"GCURUN_RANK": "0"},
-                   "binding": {"cpus": [2, 3], "numa_node": 1, "mem_bind": True}}]}
+                   "binding": {"cpus": [2, 3], "numa_node": 1, "mem_bind": True}},
+                  {"rank": 1, "argv": ["b"], "env": {"GCURUN_RANK": "1"}, "binding": None}]}]
+
+
+def test_a_large_job_travels_in_bounded_messages(session):
+    from gcurun.launch.bootstrap_group import BATCH_RANKS
+
+    ranks = [spec(r, "true", env={"GCURUN_RANK": str(r), "JOB": "j"}) for r in range(1100)]
+    messages = list(SSHRankGroup(session, ranks, workdir="/w").job_messages())
+    assert [m["op"] for m in messages] == ["job", "ranks", "ranks"]
+    assert [len(m["ranks"]) for m in messages] == [BATCH_RANKS, BATCH_RANKS,
+                                                   1100 - 2 * BATCH_RANKS]
+    assert [m["more"] for m in messages] == [True, True, False]
+    assert [r["rank"] for m in messages for r in m["ranks"]] == list(range(1100))
 
 
 def test_output_then_exit_for_each_rank_and_the_session_closes(session):

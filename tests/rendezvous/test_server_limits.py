@@ -1,0 +1,66 @@
+"""The rendezvous holds a bounded number of unauthenticated connections, drops them at
+the handshake deadline, and says so in a few lines, not one per connection."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+from gcurun.rendezvous.server import REFUSALS_SHOWN, RendezvousServer, new_secret
+
+
+def still_open(sock: socket.socket) -> bool:
+    """Whether the server holds ``sock`` open now (it sends its challenge at once and
+    closes a refused connection without a word)."""
+    sock.setblocking(False)
+    try:
+        while sock.recv(4096):
+            pass
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def test_idle_connections_are_bounded_then_dropped_at_the_deadline(caplog):
+    caplog.set_level(logging.WARNING, logger="gcurun.rendezvous")
+    server = RendezvousServer("127.0.0.1", 0, secret=new_secret(), size=2,
+                              handshake_timeout=3.0, max_pending=64)
+    with server:
+        socks = [socket.create_connection(server.address, timeout=10) for _ in range(200)]
+        try:
+            time.sleep(1.0)
+            held = [s for s in socks if still_open(s)]
+            assert len(held) == 64
+            deadline = time.monotonic() + 15
+            while held and time.monotonic() < deadline:
+                time.sleep(0.2)
+                held = [s for s in held if still_open(s)]
+            assert held == []   # dropped: no handshake within 3 s
+        finally:
+            for s in socks:
+                s.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == REFUSALS_SHOWN + 2, lines   # the first few, a note, the total
+    assert lines[0].startswith(f"rendezvous 127.0.0.1:{server.address[1]}: refused the "
+                               "connection from 127.0.0.1:")
+    assert lines[0].endswith(": 64 connections already wait for their handshake")
+    assert lines[-1] == f"rendezvous 127.0.0.1:{server.address[1]}: refused 200 connections " \
+                        "in all"
+
+
+def test_it_listens_on_each_address_given_and_no_other():
+    server = RendezvousServer(["127.0.0.1", "127.0.0.2"], 0, secret=new_secret(), size=2)
+    with server:
+        port = server.address[1]
+        assert server.addresses == [("127.0.0.1", port), ("127.0.0.2", port)]
+        for host in ("127.0.0.1", "127.0.0.2"):
+            socket.create_connection((host, port), timeout=5).close()
+        try:
+            socket.create_connection(("127.0.0.3", port), timeout=5).close()
+        except ConnectionRefusedError:
+            pass
+        else:
+            raise AssertionError("127.0.0.3 was answered")

@@ -1,0 +1,61 @@
+"""gcurun.runtime.tensorflow on real rank processes, on both backends: the collectives
+(eager, tf.function, TF1 sessions), TF2 and TF1 training, and Keras 3 model.fit, each
+against a 1-rank run on the full batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
+                                         "(pip install tensorflow-cpu)")
+
+from gcurun.runtime.tensorflow.process_sets import SUPPORTED  # noqa: E402
+from tests.runtime.jobs import MPIRUN, run_job  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.tensorflow]
+needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="mpirun is not on PATH")
+RANKS = Path(__file__).resolve().parent / "ranks"
+
+ONE_AND_TWO = [
+    pytest.param("local", 1, id="1-rank"),
+    pytest.param("tcp", 2, id="tcp-2"),
+    pytest.param("mpi", 2, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
+]
+TWO = ONE_AND_TWO[1:]
+
+
+def _all_ok(job, size: int) -> None:
+    assert job.returncodes == [0] * len(job.returncodes), job.stdout + job.stderr
+    for rank in range(size):
+        assert len(job.lines(f"rank {rank} of {size} ok")) == 1, job.stdout + job.stderr
+
+
+@pytest.mark.parametrize(("backend", "size"), ONE_AND_TWO)
+def test_every_collective_eagerly_in_functions_and_in_sessions(backend: str,
+                                                               size: int) -> None:
+    _all_ok(run_job(backend, size, str(RANKS / "collectives.py"), timeout=300), size)
+
+
+@pytest.mark.parametrize(("backend", "size"), TWO)
+def test_tape_and_tf1_training_match_one_rank_on_the_full_batch(backend: str,
+                                                                size: int) -> None:
+    _all_ok(run_job(backend, size, str(RANKS / "training.py"), timeout=300), size)
+
+
+@pytest.mark.parametrize(("backend", "size"), TWO)
+def test_keras_fit_matches_one_rank_on_the_full_batch(backend: str, size: int,
+                                                      tmp_path: Path) -> None:
+    _all_ok(run_job(backend, size, str(RANKS / "keras_fit.py"), str(tmp_path),
+                    timeout=300), size)
+
+
+@pytest.mark.skipif(not SUPPORTED, reason="process sets arrive with the runtime's "
+                                          "gcurun.runtime.add_process_set")
+@pytest.mark.parametrize(("backend", "size"), [
+    pytest.param("tcp", 3, id="tcp-3"),
+    pytest.param("mpi", 3, id="mpi-3", marks=[pytest.mark.mpi, needs_mpi]),
+])
+def test_collectives_on_process_sets(backend: str, size: int) -> None:
+    _all_ok(run_job(backend, size, str(RANKS / "process_sets.py"), timeout=300), size)
