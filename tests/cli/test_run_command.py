@@ -157,4 +157,5 @@ def test_dry_run_json_lists_every_rank(tmp_path):
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)
     assert [r["rank"] for r in plan["ranks"]] == [0, 1]
-    assert plan["ranks"][1]["env"]["MASTER_PORT"] == "29500"
+    assert plan["env"]["MASTER_PORT"] == "29500"            # shared by every rank, given once
+    assert plan["ranks"][1]["env"]["RANK"] == "1"
