@@ -60,7 +60,10 @@ class Blocks:
         self._epoch_seen = -1
         self._use_cache = True
         self._joined_at: dict[int, int] = {}
-        self._cycle = 0
+        self._cycle = 0             # negotiated cycles (quick ones that finish are not)
+        # The byte and bit of the slot whose ready bit (and head) a finished quick cycle
+        # left in the block for the next one of its plan, or None.
+        self._quick_left: tuple[int, int] | None = None
         self.quick_cycles = 0        # synchronous allreduces done in one quick cycle
 
     def _make_exchange(self) -> Callable[[], None]:

@@ -83,9 +83,15 @@ class Cycles:
         self._cycling = threading.Lock()
         self._last_start = 0.0
         self._last_end = 0.0                        # when the last cycle ended
-        self.cycles = 0
+        self._cycles = 0                            # cycles but finished quick ones
+        self._quick_seen = 0                        # quick cycles the engine thread saw
         self._thread = threading.Thread(target=self._run, name="gcurun-engine", daemon=True)
         self._thread.start()
+
+    @property
+    def cycles(self) -> int:
+        """The cycles this engine ran (quick ones included)."""
+        return self._cycles + self.controller.quick_cycles
 
     def _drive(self, op: Op) -> float:
         """Run cycles on the calling thread (holding ``_cycling``) until ``op`` is done,
@@ -102,6 +108,7 @@ class Cycles:
             while self._wait_for_work():
                 with self._cycling:
                     # A caller may have run the cycles while this thread waited.
+                    self._note_quick_cycles()
                     if self._due() <= time.monotonic():
                         self._one_cycle()
         finally:
@@ -136,6 +143,7 @@ class Cycles:
                 now = time.monotonic()
                 if self._ended:
                     return False
+                self._note_quick_cycles()
                 due = self._due()
                 if now >= due:
                     return True
@@ -153,9 +161,18 @@ class Cycles:
             return 0.0
         return max(self._last_start, self._last_end) + self.idle_tick
 
+    def _note_quick_cycles(self) -> None:
+        """Quick cycles that callers ran since the last look count as a cycle that ended
+        now (a quick cycle does not read the clock: that would add to the latency of a
+        tiny allreduce), so idle cycles keep their distance from a stream of them."""
+        quick = self.controller.quick_cycles
+        if quick != self._quick_seen:
+            self._quick_seen = quick
+            self._last_end = time.monotonic()
+
     def _cycle(self) -> bool:
         self._last_start = time.monotonic()
-        self.cycles += 1
+        self._cycles += 1
         with self._lock:
             incoming, self._incoming = self._incoming, []
             stop = self._stop_requested

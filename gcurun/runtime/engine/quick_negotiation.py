@@ -5,13 +5,14 @@ rank's only op, with the same block on the wire as the usual cycle's.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.dtypes import DTYPE_CODES, NO_DTYPE, UFUNCS
-from gcurun.runtime.engine._results import finish_reduction, reduce_views
+from gcurun.runtime.engine._results import finish_reduction
 from gcurun.runtime.engine.blocks import INLINE_BYTES
 from gcurun.runtime.engine.coordination import Coordination
 from gcurun.runtime.engine.requests import Agreed, Op, OpKind, match_key
@@ -26,7 +27,7 @@ class QuickPlan:
     everywhere."""
 
     __slots__ = ("name", "key", "dtype", "shape", "op", "rop", "ufunc", "postscale", "finish",
-                 "finisher", "views", "mine", "plain", "agreed", "slot")
+                 "finisher", "views", "mine", "plain", "agreed", "slot", "run")
 
     def __init__(self, name: str, key: tuple, tensor: np.ndarray, op: Any, rop: ReduceOp,
                  postscale: float, views: list[np.ndarray] | None, rank: int, size: int):
@@ -47,6 +48,7 @@ class QuickPlan:
         self.plain = views is not None and len(views) == 2 and views[rank].ndim > 0
         self.agreed: Agreed | None = None   # the cached agreement last found to match
         self.slot = -1                      # its cache slot in the last quick exchange
+        self.run: Callable[..., np.ndarray] | None = None   # the engine's quick allreduce
 
 
 class QuickNegotiation(Coordination):
@@ -71,9 +73,11 @@ class QuickNegotiation(Coordination):
         fits): what :meth:`cycle` does, for that case, when the name is cached and this
         rank has no news to give. Returns QUICK_NONE (nothing was exchanged: take the
         usual path), QUICK_DONE (the op is ready everywhere and nothing else is; an inline
-        one's result is :meth:`quick_result`) or QUICK_PENDING (the blocks call for the usual
-        processing: the caller adopts the op at ``plan.slot``, then runs
-        :meth:`complete`)."""
+        one's result is the reduction of ``plan.views``) or QUICK_PENDING (the blocks
+        call for the usual processing: the caller adopts the op at ``plan.slot``, then
+        runs :meth:`complete`)."""
+        if self._quick_left is not None:
+            self.clean_quick()
         cache = self.cache
         entry = cache.by_name.get(plan.name)
         if entry is None or self._news or self._unresolved or not self._use_cache or \
@@ -92,7 +96,6 @@ class QuickNegotiation(Coordination):
         if self.stall is not None and time.monotonic() >= self._next_check:
             return QUICK_NONE
         plan.slot = slot
-        self._cycle += 1
         head, bits = self._head, self._bit_bytes
         mine = plan.mine
         if mine is not None:
@@ -120,13 +123,76 @@ class QuickNegotiation(Coordination):
             self._joined_at.clear()
         return QUICK_DONE
 
-    def quick_result(self, plan: QuickPlan, tensor: np.ndarray, inplace: bool) -> np.ndarray:
-        """The reduction of the inline blocks a successful :meth:`quick_exchange`
-        gathered."""
-        out = reduce_views(plan, tensor, inplace)
-        if plan.finish:
-            finish_reduction(out, plan.rop, self.size, plan.postscale)
-        return out
+    def quick_exchanger(self, plan: QuickPlan) -> Callable[[np.ndarray], int]:
+        """:meth:`quick_exchange` for ``plan``'s calls written out flat (the latency of a
+        tiny allreduce): a function of the tensor that returns what :meth:`quick_exchange`
+        would.
+
+        What :meth:`quick_exchange` checks changes only in a negotiated cycle (the
+        response cache, news, joins, the stall inspector's next turn) or while this rank
+        has ops pending (when the engine takes no quick cycle): so the function checks it
+        by calling :meth:`quick_exchange` after every negotiated cycle, and otherwise
+        writes the tensor into the block, exchanges it and looks at the others'. A quick
+        cycle that finishes leaves its head and ready bit in the block for the next one
+        of the plan; the next cycle of any other kind clears them first
+        (:meth:`clean_quick`).
+        """
+        cache, stall, name, mine = self.cache, self.stall, plan.name, plan.mine
+        head, bits, exchange = self._head, self._bit_bytes, self._exchange
+        peers = [(self._heads[r], self._bit_rows[r]) for r in self._others]
+        theirs, row = peers[0] if len(peers) == 1 else (head, b"")
+        single, inline = len(peers) == 1, mine is not None
+        slow, monotonic = self.quick_exchange, time.monotonic
+        seen = -1                   # the negotiated cycle the checks were made after
+        left = (0, 0)               # the byte and bit of the slot (and the owner's token)
+        epoch, next_check = 0, 0.0
+
+        def run(tensor: np.ndarray) -> int:
+            nonlocal seen, left, epoch, next_check
+            if self._cycle != seen or stall is not None and monotonic() >= next_check:
+                done = slow(plan, tensor)
+                if done == QUICK_DONE:
+                    seen, epoch, next_check = self._cycle, cache.epoch, self._next_check
+                    left = (plan.slot >> 3, 1 << (plan.slot & 7))
+                return done
+            byte, bit = left
+            if self._quick_left is not left:
+                if self._quick_left is not None:
+                    self.clean_quick()
+                head[0] = 0
+                head[1] = epoch
+                head[2] = plan.slot + 1 if inline else 0
+                bits[byte] = bit        # (this rank's other bits are clear)
+                self._quick_left = left
+            if mine is not None:
+                mine[...] = tensor
+            exchange()
+            if single:
+                if (theirs != head if inline else theirs[0] or theirs[1] != epoch) or \
+                        not row[byte] & bit:
+                    self._quick_left = None     # the bit is the adopted op's now
+                    return QUICK_PENDING
+            else:
+                for their_head, their_row in peers:
+                    if (their_head != head if inline
+                            else their_head[0] or their_head[1] != epoch) or \
+                            not their_row[byte] & bit:
+                        self._quick_left = None
+                        return QUICK_PENDING
+            self.quick_cycles += 1
+            if cache.newest is not name:
+                cache.touch(name)
+            return QUICK_DONE
+
+        return run
+
+    def clean_quick(self) -> None:
+        """Clear the head and ready bit a finished flat quick cycle left in the block."""
+        left = self._quick_left
+        if left is not None:
+            self._bit_bytes[left[0]] = 0
+            self._head[2] = 0
+            self._quick_left = None
 
     def adopt(self, op: Op, slot: int, inline: bool) -> None:
         """``op`` is the one a :meth:`quick_exchange` that returned False negotiated."""
