@@ -164,11 +164,16 @@ class Cycles:
     def _note_quick_cycles(self) -> None:
         """Quick cycles that callers ran since the last look count as a cycle that ended
         now (a quick cycle does not read the clock: that would add to the latency of a
-        tiny allreduce), so idle cycles keep their distance from a stream of them."""
-        quick = self.controller.quick_cycles
+        tiny allreduce), so idle cycles keep their distance from a stream of them; and
+        on rank 0, when the stall inspector's turn has come, the next call takes the
+        usual cycle, where it looks."""
+        controller = self.controller
+        quick = controller.quick_cycles
         if quick != self._quick_seen:
             self._quick_seen = quick
-            self._last_end = time.monotonic()
+            self._last_end = now = time.monotonic()
+            if controller.stall is not None and now >= controller.next_check:
+                controller.generation += 1
 
     def _cycle(self) -> bool:
         self._last_start = time.monotonic()

@@ -45,50 +45,87 @@ class QuickCycle(Calls):
         ordinary pending op of that cycle. A call of another signature goes to
         ``replan`` (unless ``planned``: the caller found this plan by its signature), a
         call the quick cycle cannot take to ``usual`` (the engine's usual path, which
-        reports bad arguments). Everything the function reads on every call lives in
-        closure cells (it is the latency of a tiny allreduce).
+        reports bad arguments).
+
+        It is the latency of a tiny allreduce, so everything it reads lives in closure
+        cells, and what changes only in a negotiated cycle (the response cache, the
+        controller's and this engine's state but for what other threads change) is
+        checked by :meth:`Controller.quick_exchange` once after each one (or when rank
+        0's stall inspector wants a look: see :attr:`Controller.generation`); the calls
+        in between write the tensor into the block, exchange it and compare the others'
+        heads and ready bits (:meth:`Controller.quick_block`).
         """
-        controller, executor = self.controller, self.executor
-        exchanger = controller.quick_exchanger(plan)
+        controller, executor, cache = self.controller, self.executor, self.controller.cache
+        words, peers, exchange = controller.quick_block(plan)
+        single = len(peers) == 1
+        theirs, row = peers[0] if single else (words, words)
+        validate = controller.quick_exchange
         acquire, release = self._cycling.acquire, self._cycling.release
         ndarray, missing = np.ndarray, controller.missing
         dtype, shape, op, postscale = plan.dtype, plan.shape, plan.op, plan.postscale
-        views, ufunc, finisher = plan.views, plan.ufunc, plan.finisher
-        finish = plan.finish and views is not None
-        timeline, size, rop = self.timeline, self.size, plan.rop
+        views, ufunc, finisher, mine = plan.views, plan.ufunc, plan.finisher, plan.mine
+        large = views is None           # (else the data rides in the block, any strides)
+        finish = plan.finish and not large
+        size, rop = self.size, plan.rop
         first, second = views if plan.plain else (None, None)      # type: ignore[misc]
         # numpy deprecates a positional out for minimum and maximum.
         positional = ufunc is not np.minimum and ufunc is not np.maximum
+        seen = -1 if self.timeline is None else None    # (a timeline: never quick)
+        left = (0, 0)               # the byte and bit of the plan's slot (a token too)
+        byte = bit = 0
 
         def run(tensor: Any, op_: Any, prescale: float, postscale_: float, name: str,
                 inplace: bool, auto: bool = False, planned: bool = False) -> Any:
+            nonlocal seen, left, byte, bit
             if not planned and (type(tensor) is not ndarray or tensor.dtype is not dtype
                                 or tensor.shape != shape or op_ is not op
                                 or prescale != 1.0 or postscale_ != postscale):
                 return replan(tensor, op_, prescale, postscale_, name, inplace)
-            if inplace and not tensor.flags.writeable or timeline is not None or \
-                    views is None and not tensor.flags.c_contiguous or not acquire(False):
+            if inplace and not tensor.flags.writeable or \
+                    large and not tensor.flags.c_contiguous or not acquire(False):
                 return usual(tensor, op_, prescale, postscale_, name, inplace, auto)
             done = QUICK_NONE
             try:
-                if not (self._incoming or self._pending or self._parked or self._ended
-                        or self._joining is not None or self._stop_requested
-                        or self._failure is not None):
-                    done = exchanger(tensor)
-                    if done == QUICK_DONE:
-                        if missing:
-                            missing.pop(name, None)
-                        if first is None:
-                            out = executor.allreduce_now(tensor, inplace, ufunc, finisher) \
-                                if views is None else reduce_views(plan, tensor, inplace)
-                        elif not inplace:
-                            out = ufunc(first, second)
-                        elif positional:        # (out as a keyword costs more)
-                            out = ufunc(first, second, tensor)
-                        else:
-                            out = ufunc(first, second, out=tensor)
-                    elif done == QUICK_PENDING:
-                        waiting = self._quick_pending(plan, tensor, inplace)
+                if self._incoming or self._stop_requested or self._ended:
+                    pass            # (what other threads change: checked every time)
+                elif controller.generation != seen:
+                    if seen is not None and not (
+                            self._pending or self._parked or self._joining is not None
+                            or self._failure is not None):
+                        done = validate(plan, tensor)
+                        if done == QUICK_DONE:
+                            seen = controller.generation
+                            byte, bit = plan.slot >> 3, 1 << (plan.slot & 7)
+                            left = (byte, bit)
+                else:
+                    if controller.quick_left is not left:
+                        controller.quick_claim(plan, left)
+                    if mine is not None:
+                        mine[...] = tensor
+                    exchange()
+                    if theirs != words or not row[byte] & bit if single else any(
+                            their != words or not their_row[byte] & bit
+                            for their, their_row in peers):
+                        done = QUICK_PENDING
+                    else:
+                        done = QUICK_DONE
+                        controller.quick_cycles += 1
+                        if cache.newest is not name:
+                            cache.touch(name)
+                if done == QUICK_DONE:
+                    if missing:
+                        missing.pop(name, None)
+                    if first is None:
+                        out = reduce_views(plan, tensor, inplace) if not large else \
+                            executor.allreduce_now(tensor, inplace, ufunc, finisher)
+                    elif not inplace:
+                        out = ufunc(first, second)
+                    elif positional:        # (out as a keyword costs more)
+                        out = ufunc(first, second, tensor)
+                    else:
+                        out = ufunc(first, second, out=tensor)
+                elif done == QUICK_PENDING:
+                    waiting = self._quick_pending(plan, tensor, inplace)
             except BaseException as exc:
                 waiting = self._quick_failed(plan, tensor, inplace, exc, done)
                 done = QUICK_PENDING

@@ -13,7 +13,7 @@ import numpy as np
 from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.dtypes import DTYPE_CODES, NO_DTYPE, UFUNCS
 from gcurun.runtime.engine._results import finish_reduction
-from gcurun.runtime.engine.blocks import INLINE_BYTES
+from gcurun.runtime.engine.blocks import HEAD_WORDS, INLINE_BYTES
 from gcurun.runtime.engine.coordination import Coordination
 from gcurun.runtime.engine.requests import Agreed, Op, OpKind, match_key
 
@@ -76,7 +76,7 @@ class QuickNegotiation(Coordination):
         one's result is the reduction of ``plan.views``) or QUICK_PENDING (the blocks
         call for the usual processing: the caller adopts the op at ``plan.slot``, then
         runs :meth:`complete`)."""
-        if self._quick_left is not None:
+        if self.quick_left is not None:
             self.clean_quick()
         cache = self.cache
         entry = cache.by_name.get(plan.name)
@@ -93,7 +93,7 @@ class QuickNegotiation(Coordination):
             if agreed.key_for(self.rank) != plan.key:
                 return QUICK_NONE      # a conflict: the usual cycle reports it
             plan.agreed = agreed
-        if self.stall is not None and time.monotonic() >= self._next_check:
+        if self.stall is not None and time.monotonic() >= self.next_check:
             return QUICK_NONE
         plan.slot = slot
         head, bits = self._head, self._bit_bytes
@@ -123,79 +123,45 @@ class QuickNegotiation(Coordination):
             self._joined_at.clear()
         return QUICK_DONE
 
-    def quick_exchanger(self, plan: QuickPlan) -> Callable[[np.ndarray], int]:
-        """:meth:`quick_exchange` for ``plan``'s calls written out flat (the latency of a
-        tiny allreduce): a function of the tensor that returns what :meth:`quick_exchange`
-        would.
+    def quick_block(self, plan: QuickPlan) -> tuple[memoryview, list[tuple[memoryview,
+                                                                          memoryview]],
+                                                      Callable[[], None]]:
+        """What a flat quick cycle of ``plan`` exchanges and compares, once
+        :meth:`quick_claim` wrote the plan's head and ready bit into the block: the words
+        of this rank's head that every other rank's must equal for the op to be done
+        everywhere (flags, epoch and, with the data inline, the slot carried), each
+        other rank's same words and ready bits, and the exchange of the blocks."""
+        words = HEAD_WORDS if plan.mine is not None else HEAD_WORDS - 1
+        return (self._head[:words],
+                [(self._heads[r][:words], self._bit_rows[r]) for r in self._others],
+                self._exchange)
 
-        What :meth:`quick_exchange` checks changes only in a negotiated cycle (the
-        response cache, news, joins, the stall inspector's next turn) or while this rank
-        has ops pending (when the engine takes no quick cycle): so the function checks it
-        by calling :meth:`quick_exchange` after every negotiated cycle, and otherwise
-        writes the tensor into the block, exchanges it and looks at the others'. A quick
-        cycle that finishes leaves its head and ready bit in the block for the next one
-        of the plan; the next cycle of any other kind clears them first
-        (:meth:`clean_quick`).
-        """
-        cache, stall, name, mine = self.cache, self.stall, plan.name, plan.mine
-        head, bits, exchange = self._head, self._bit_bytes, self._exchange
-        peers = [(self._heads[r], self._bit_rows[r]) for r in self._others]
-        theirs, row = peers[0] if len(peers) == 1 else (head, b"")
-        single, inline = len(peers) == 1, mine is not None
-        slow, monotonic = self.quick_exchange, time.monotonic
-        seen = -1                   # the negotiated cycle the checks were made after
-        left = (0, 0)               # the byte and bit of the slot (and the owner's token)
-        epoch, next_check = 0, 0.0
-
-        def run(tensor: np.ndarray) -> int:
-            nonlocal seen, left, epoch, next_check
-            if self._cycle != seen or stall is not None and monotonic() >= next_check:
-                done = slow(plan, tensor)
-                if done == QUICK_DONE:
-                    seen, epoch, next_check = self._cycle, cache.epoch, self._next_check
-                    left = (plan.slot >> 3, 1 << (plan.slot & 7))
-                return done
-            byte, bit = left
-            if self._quick_left is not left:
-                if self._quick_left is not None:
-                    self.clean_quick()
-                head[0] = 0
-                head[1] = epoch
-                head[2] = plan.slot + 1 if inline else 0
-                bits[byte] = bit        # (this rank's other bits are clear)
-                self._quick_left = left
-            if mine is not None:
-                mine[...] = tensor
-            exchange()
-            if single:
-                if (theirs != head if inline else theirs[0] or theirs[1] != epoch) or \
-                        not row[byte] & bit:
-                    self._quick_left = None     # the bit is the adopted op's now
-                    return QUICK_PENDING
-            else:
-                for their_head, their_row in peers:
-                    if (their_head != head if inline
-                            else their_head[0] or their_head[1] != epoch) or \
-                            not their_row[byte] & bit:
-                        self._quick_left = None
-                        return QUICK_PENDING
-            self.quick_cycles += 1
-            if cache.newest is not name:
-                cache.touch(name)
-            return QUICK_DONE
-
-        return run
+    def quick_claim(self, plan: QuickPlan, left: tuple[int, int]) -> None:
+        """Write the head and ready bit of a quick cycle of ``plan`` into the block
+        (``left``: the byte and bit of its slot, which :attr:`quick_left` then holds),
+        after clearing what another plan's left there. They stay for the plan's next
+        quick cycles; any other cycle clears them first (:meth:`clean_quick`). A quick
+        cycle runs with no other op pending, so this rank's other bits are clear."""
+        self.clean_quick()
+        head = self._head
+        head[0] = 0
+        head[1] = self.cache.epoch
+        head[2] = plan.slot + 1 if plan.mine is not None else 0
+        self._bit_bytes[left[0]] = left[1]
+        self.quick_left = left
 
     def clean_quick(self) -> None:
         """Clear the head and ready bit a finished flat quick cycle left in the block."""
-        left = self._quick_left
+        left = self.quick_left
         if left is not None:
             self._bit_bytes[left[0]] = 0
             self._head[2] = 0
-            self._quick_left = None
+            self.quick_left = None
 
     def adopt(self, op: Op, slot: int, inline: bool) -> None:
-        """``op`` is the one a :meth:`quick_exchange` that returned False negotiated."""
+        """``op`` is the one a quick exchange that came to QUICK_PENDING negotiated: its
+        ready bit is the op's now."""
+        self.quick_left = None
         op.position = slot
         if inline:
             self._inline_op = op
