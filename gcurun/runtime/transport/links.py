@@ -5,7 +5,8 @@ Each link holds, in order, the sends and the receives queued on it; each entry i
 ``[view, position, then]`` where ``then()`` runs when the entry completes (and may queue
 more). :meth:`Mover.progress` moves everything queued on a set of links, waiting when
 nothing can move: it spins first (a peer usually answers within microseconds, and a
-sleeping rank loses its core on a busy host), yields the CPU after a while, and then
+sleeping rank loses its core on a busy host; the CPU is yielded now and then), for as
+long as the waits before suggest (:mod:`gcurun.runtime.transport._waiting`), and then
 sleeps in poll() until a socket or doorbell wakes it.
 """
 
@@ -19,10 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from gcurun.runtime.api import CollectiveTimeout, PeerFailureError
-from gcurun.runtime.transport.shm import NAP_SECONDS, Channel
+from gcurun.runtime.transport._waiting import (
+    YIELD_AFTER_SECONDS,
+    Spin,
+    nap,
+    yield_ran_others,
+)
+from gcurun.runtime.transport.shm import NAP_MAX_SECONDS, Channel
 
-SPIN_SECONDS = 0.005
-YIELD_AFTER_SECONDS = 50e-6
 POLL_IN, POLL_OUT = select.POLLIN, select.POLLOUT
 
 
@@ -56,6 +61,7 @@ class Mover:
         self.timeout = timeout
         self._aborted = aborted
         self._failure = failure
+        self._spin = Spin()
 
     def progress(self, links: list[Link]) -> None:
         """Move every queued send and receive of ``links`` until all are done; raise
@@ -173,6 +179,7 @@ class Mover:
         poll = poller.poll if sockets else _never
         while True:
             if self._ready(links, poll):
+                self._spin.ended(time.monotonic() - last_moved)
                 return
             reason = self._aborted()
             if reason is not None:
@@ -180,11 +187,14 @@ class Mover:
             waited = time.monotonic() - last_moved
             if waited > self.timeout:
                 raise self._timeout(links)
-            if waited > SPIN_SECONDS:
+            if waited > self._spin.seconds:
+                if yield_ran_others():
+                    continue        # a busy host: keep yielding (see _waiting)
                 break
             if waited > YIELD_AFTER_SECONDS:
                 os.sched_yield()
         self._sleep(links, poller, waited)
+        self._spin.ended(time.monotonic() - last_moved)
 
     def _sleep(self, links: list[Link], poller: Any, waited: float) -> None:
         rings = [link for link in links if link.channel is not None
@@ -196,8 +206,9 @@ class Mover:
             if rings and self._ready(links, lambda _: []):
                 return
             left = self.timeout - waited
-            nap = min(left, NAP_SECONDS) if rings else left
-            poller.poll(max(1, int(nap * 1000)))
+            # A doorbell can be lost (see shm): sleep on rings in naps.
+            seconds = min(left, nap(waited, NAP_MAX_SECONDS)) if rings else left
+            poller.poll(max(1, int(seconds * 1000)))
         finally:
             for link in rings:
                 self._set_sleeping(link, False)
