@@ -333,11 +333,14 @@ class Cycles:
                                  None if exception is None else type(exception).__name__)
 
     def _fail(self, exc: CollectiveError, abort: bool) -> None:
+        """Fail every op with ``exc``; with ``abort``, tell every rank of the job why,
+        in words that name the rank at fault first (``exc`` names it: a peer that died
+        or left, one that never came) and this rank as the one that saw it."""
         if abort:
             aborter = getattr(self.t, "abort", None)
             if aborter is not None:
                 try:
-                    aborter(f"rank {self.rank}: {exc}")
+                    aborter(f"{exc} (seen by rank {self.rank})")
                 except Exception:  # best effort: the job is failing anyway
                     pass
         self._fail_all(lambda op: type(exc)(f"{op.title}: {exc}"), str(exc))

@@ -34,7 +34,8 @@ POLL_IN, POLL_OUT = select.POLLIN, select.POLLOUT
 class Link:
     """A connection to one peer."""
 
-    __slots__ = ("sock", "peer", "pid", "pull", "pushed", "channel", "sends", "recvs")
+    __slots__ = ("sock", "peer", "pid", "pull", "pushed", "channel", "sends", "recvs",
+                 "hung_up")
 
     def __init__(self, sock: socket.socket, peer: int, pid: int, pull: bool, pushed: bool,
                  channel: Channel | None):
@@ -46,6 +47,9 @@ class Link:
         self.channel = channel      # shared-memory rings, or None: bytes go by the socket
         self.sends: list[list[Any]] = []
         self.recvs: list[list[Any]] = []
+        # The peer closed its end of the doorbell socket: it left, though its last
+        # bytes may still be waiting in the ring.
+        self.hung_up = False
 
     def close(self) -> None:
         self.sock.close()
@@ -181,6 +185,9 @@ class Mover:
             if self._ready(links, poll):
                 self._spin.ended(time.monotonic() - last_moved)
                 return
+            for link in links:
+                if link.hung_up and (link.sends or link.recvs):
+                    raise self._closed(link)        # and the ring holds nothing for us
             reason = self._aborted()
             if reason is not None:
                 raise PeerFailureError(reason)
@@ -235,10 +242,13 @@ class Mover:
             raise self._broken(link, exc) from None
 
     def _drain_doorbell(self, link: Link) -> None:
+        """Read the doorbells rung meanwhile. The end of the socket is no error yet: a
+        peer that leaves (its collectives done) closes it right after writing its last
+        bytes into the ring, which are read first (see :meth:`_wait`)."""
         try:
-            while True:
+            while not link.hung_up:
                 if not link.sock.recv(4096):
-                    raise self._closed(link)
+                    link.hung_up = True
         except (BlockingIOError, InterruptedError):
             pass
         except OSError as exc:
@@ -247,8 +257,9 @@ class Mover:
     # -- failures ---------------------------------------------------------------------------
 
     def _closed(self, link: Link) -> PeerFailureError:
-        return self._failure(link.peer, "it closed its connection (it exited, failed or was "
-                                        "killed)")
+        return self._failure(link.peer, "it closed its connection while this rank still "
+                                        "waited for it (it left the job: it exited, failed "
+                                        "or was killed)")
 
     def _broken(self, link: Link, exc: OSError) -> PeerFailureError:
         return self._failure(link.peer, f"the connection broke ({exc.strerror or exc})")

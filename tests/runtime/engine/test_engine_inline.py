@@ -258,14 +258,22 @@ def test_a_shutdown_seen_in_a_quick_cycle_fails_the_op() -> None:
 
 
 class Breaking(QueueTransport):
-    """A transport whose exchanges fail like a lost peer's once ``broken`` is set."""
+    """A transport whose exchanges fail like a lost peer's once ``broken`` is set; it
+    records the job aborts it is asked to send."""
 
     broken = False
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.aborts: list[str] = []
 
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int) -> None:
         if self.broken:
             raise PeerFailureError(f"rank {dest} (host test) lost its connection")
         super().sendrecv(sendbuf, dest, recvbuf, source)
+
+    def abort(self, reason: str) -> None:
+        self.aborts.append(reason)
 
 
 def test_a_transport_failure_in_a_quick_cycle_fails_the_op_and_the_engine(
@@ -294,6 +302,9 @@ def test_a_transport_failure_in_a_quick_cycle_fails_the_op_and_the_engine(
         assert engine.controller.quick_cycles == quick      # it failed in its exchange
         with pytest.raises(PeerFailureError, match="the job failed earlier"):
             comm.allreduce(np.ones(2), ReduceOp.SUM, name="w")
+        # The job's abort names the rank at fault first, then the one that saw it.
+        assert transports[0].aborts == ["rank 1 (host test) lost its connection (seen by "
+                                        "rank 0)"]
     finally:
         transports[1].broken = True
         for each in engines:

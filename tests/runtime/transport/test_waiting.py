@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gcurun.runtime.transport import _waiting, links, mpi
+from gcurun.runtime.transport import _waiting, links, mpi, shm
 from gcurun.runtime.transport._waiting import SPIN_MAX_SECONDS, SPIN_MIN_SECONDS, Spin, nap
 
 LATE = 0.008        # the peer's answer comes this late, in each of the waits below
@@ -84,6 +84,48 @@ def test_a_tcp_wait_for_a_late_peer_sleeps_after_a_short_spin(
     finally:
         ours.close()
         theirs.close()
+
+
+@pytest.mark.skipif(not shm.available(), reason="shared-memory rings need Linux on x86-64")
+def test_a_peer_that_leaves_right_after_its_last_bytes_is_no_failure() -> None:
+    """A peer writes its last message into the ring, rings the doorbell and closes its
+    socket (its collectives are done: it shuts down) while this rank sleeps waiting for
+    that message. The end of the socket must not hide the bytes before it: the message
+    is read and the exchange completes (it raised 'closed its connection', and in a
+    job's last cycle cost a second's wait for an abort that never came)."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    channel, fd = shm.Channel.create()
+    peer_channel = shm.Channel(fd, creator=False)
+    failures: list[str] = []
+
+    def failure(peer: int, what: str) -> Exception:
+        failures.append(what)
+        return AssertionError(f"rank {peer}: {what}")
+
+    mover = links.Mover(10.0, lambda: None, failure)        # type: ignore[arg-type]
+    link = links.Link(ours, 1, 0, False, False, channel)
+    got = bytearray(5)
+    link.recvs.append([memoryview(got), 0, None])
+
+    def leave() -> None:
+        peer_channel.outgoing.write(memoryview(b"last!"))
+        theirs.send(b"\x07")
+        theirs.close()
+
+    peer = threading.Timer(LATE * 3, leave)     # well after this rank went to sleep
+    peer.start()
+    try:
+        mover.progress([link])
+        assert bytes(got) == b"last!" and failures == []
+        link.recvs.append([memoryview(bytearray(1)), 0, None])     # nothing will come
+        with pytest.raises(AssertionError, match="rank 1: it closed its connection"):
+            mover.progress([link])
+    finally:
+        peer.join()
+        ours.close()
+        peer_channel.close()
+        channel.close()
 
 
 def _record_sleeps(monkeypatch: pytest.MonkeyPatch, time_module: Any) -> list[float]:
