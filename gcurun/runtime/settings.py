@@ -67,6 +67,9 @@ class RuntimeEnv:
     stall_check_shutdown_seconds: float = 0.0     # 0 disables the shutdown
     cache_capacity: int = DEFAULT_CACHE_CAPACITY  # GCURUN_CACHE_CAPACITY: negotiation cache
     timeline_max_mb: float = DEFAULT_TIMELINE_MAX_MB
+    # GCURUN_HIERARCHICAL_ALLREDUCE: two-level allreduce always (True), never (False), or
+    # when the layout allows it and it is faster (None)
+    hierarchical_allreduce: bool | None = None
 
 
 def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
@@ -100,6 +103,7 @@ HOROVOD_TWINS = {
     "GCURUN_STALL_CHECK_WARNING_SECONDS": "HOROVOD_STALL_CHECK_TIME_SECONDS",
     "GCURUN_STALL_CHECK_SHUTDOWN_SECONDS": "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
     "GCURUN_CACHE_CAPACITY": "HOROVOD_CACHE_CAPACITY",
+    "GCURUN_HIERARCHICAL_ALLREDUCE": "HOROVOD_HIERARCHICAL_ALLREDUCE",
 }
 
 
@@ -136,6 +140,8 @@ def _engine_knobs(environ: Mapping[str, str]) -> dict[str, Any]:
         else DEFAULT_CACHE_CAPACITY,
         "timeline_max_mb": _positive(environ, "GCURUN_TIMELINE_MAX_MB",
                                      DEFAULT_TIMELINE_MAX_MB),
+        "hierarchical_allreduce": _tristate(environ,
+                                            _pick(environ, "GCURUN_HIERARCHICAL_ALLREDUCE")),
     }
 
 
@@ -259,6 +265,14 @@ def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise UsageError(f"{name}={value!r}: expected 1/0, true/false, yes/no or on/off")
+
+
+def _tristate(environ: Mapping[str, str], name: str) -> bool | None:
+    """A flag that may also be unset (None: decide automatically)."""
+    value = environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return _flag(environ, name, False)
 
 
 def _under_mpi_launcher(environ: Mapping[str, str]) -> bool:
