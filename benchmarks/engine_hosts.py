@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -128,6 +129,10 @@ def main(args: argparse.Namespace) -> int:
     from benchmarks.cluster_allreduce import BenchmarkError, prepare_cluster
     from tests.cluster.netns import stop_cluster
 
+    def terminated(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)     # (the hosts are taken down on the way out)
+
+    signal.signal(signal.SIGTERM, terminated)
     if args.repeat < 1 or args.per_host < 1:
         raise SystemExit(f"--repeat {args.repeat} and --per-host {args.per_host} must be "
                          "at least 1")
