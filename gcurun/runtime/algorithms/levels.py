@@ -122,8 +122,8 @@ class LinkCosts:
 
 # What the automatic choice assumes when nothing better is known: hosts whose shared
 # memory moves 8 GB/s between two ranks, on a 10 Gbit/s network (1.25 GB/s each way).
-# Two levels then win at every size up to 6 hosts, and below a size that shrinks with
-# more hosts beyond (the model below). ``--hierarchical-allreduce`` and
+# Two levels then win at every size on up to 6 hosts, and on more hosts below a size the
+# model below computes (16-256 MiB for 7 to 128 hosts of 2 or 8 ranks). ``--hierarchical-allreduce`` and
 # ``--no-hierarchical-allreduce`` override it.
 ASSUMED_COSTS = LinkCosts(shm_latency=10e-6, shm_bandwidth=8e9, net_latency=30e-6,
                           net_bandwidth=1.25e9, reduce_bandwidth=4e9)
