@@ -23,8 +23,7 @@ from typing import Literal
 import numpy as np
 
 from gcurun.runtime.algorithms.pieces import Finish, Pieces
-from gcurun.runtime.algorithms.ring import ring_allgather, ring_reduce_scatter
-from gcurun.runtime.algorithms.segments import even_counts, to_segments
+from gcurun.runtime.algorithms.segments import Segment, even_counts, to_segments
 from gcurun.runtime.api import Buffer, Transport
 
 Mode = Literal["auto", "on", "off"]     # two levels: when faster, whenever possible, never
@@ -123,8 +122,8 @@ class LinkCosts:
 # What the automatic choice assumes when nothing better is known: hosts whose shared
 # memory moves 8 GB/s between two ranks, on a 10 Gbit/s network (1.25 GB/s each way).
 # Two levels then win at every size on up to 6 hosts, and on more hosts below a size the
-# model below computes (16-256 MiB for 7 to 128 hosts of 2 or 8 ranks). ``--hierarchical-allreduce`` and
-# ``--no-hierarchical-allreduce`` override it.
+# model below computes (16-256 MiB for 7 to 128 hosts of 2 or 8 ranks).
+# ``--hierarchical-allreduce`` and ``--no-hierarchical-allreduce`` override it.
 ASSUMED_COSTS = LinkCosts(shm_latency=10e-6, shm_bandwidth=8e9, net_latency=30e-6,
                           net_bandwidth=1.25e9, reduce_bandwidth=4e9)
 
@@ -175,36 +174,154 @@ def use_two_levels(mode: Mode, layout: HostLayout | None, nbytes: int,
 
 
 class TwoLevels:
-    """The two-level allreduce of one rank: its host's ranks and its cross-host ring."""
+    """The two-level allreduce of one rank: its host's ranks and its cross-host ring.
+
+    A large buffer goes through in slices, pipelined: while one slice crosses the hosts,
+    the next is reduced inside the host and an earlier one gathered there, so that the
+    network is kept busy while shared memory works. Each tick of the pipeline is one
+    exchange with the host's ring and one with the cross-host ring, at once where the
+    transport can (``sendrecv_together``); the slices' messages to the same ring in a
+    tick travel as one. Every rank runs the same schedule (the slices, and the exchanges
+    of each, follow from the sizes alone), so the messages of every pair of ranks match.
+    """
+
+    WINDOW = 4      # slices in flight at once (each holds a ring chunk of scratch)
 
     def __init__(self, transport: Transport, layout: HostLayout):
+        self.t = transport
         self.local = Subgroup(transport, layout.local_ranks(transport.rank))
         self.cross = Subgroup(transport, layout.cross_ranks(transport.rank))
+        self._together = getattr(transport, "sendrecv_together", None)
 
     def allreduce(self, pieces: Pieces, ufunc: np.ufunc, tmp: np.ndarray,
-                  finish: Finish | None = None, phase: Phase | None = None) -> None:
+                  finish: Finish | None = None, phase: Phase | None = None,
+                  spare: Callable[[int], np.ndarray] | None = None) -> None:
         """Every output = ``finish`` of the reduction of its input over every rank.
-        ``tmp`` receives a ring chunk; ``phase(name, started)`` hears of each level:
-        LOCAL_REDUCESCATTER, CROSS_REDUCESCATTER, CROSS_ALLGATHER, LOCAL_ALLGATHER."""
+        ``tmp`` receives a ring chunk (its length is the chunk); ``spare(i)`` gives the
+        i-th further buffer like it (slices in flight need one each; without it, one
+        slice at a time). ``phase(name, started)`` hears when the first slice starts and
+        the last ends each level: LOCAL_REDUCESCATTER, CROSS_REDUCESCATTER,
+        CROSS_ALLGATHER, LOCAL_ALLGATHER."""
+        chunk = len(tmp)
+        size = self.local.size * chunk          # a slice: one chunk per local rank
+        bounds = [(start, min(size, pieces.total - start))
+                  for start in range(0, pieces.total, size)] or [(0, 0)]
+        window = min(self.WINDOW, len(bounds)) if spare is not None else 1
+        buffers = [tmp] + [spare(i) for i in range(1, window)] if spare else [tmp]
+        track = _Levels(phase, len(bounds))
+        waiting = list(bounds)
+        active: list[list] = []         # [slice's generator, its exchange, its buffer]
+        free = list(buffers)
+        while waiting or active:
+            if waiting and free:        # a slice a tick: they stay a level apart
+                offset, length = waiting.pop(0)
+                buffer = free.pop(0)
+                part = Pieces(pieces.parts(offset, length))
+                steps = self._slice(part, length, ufunc, buffer, finish, track)
+                active.append([steps, next(steps), buffer])
+            self._exchange([exchange for _, exchange, _ in active])
+            still = []
+            for entry in active:
+                try:
+                    entry[1] = entry[0].send(None)
+                    still.append(entry)
+                except StopIteration:
+                    free.append(entry[2])
+            active = still
+
+    def _exchange(self, exchanges: list[tuple[Subgroup, list, list]]) -> None:
+        """One tick: every slice's message to its ring, those to the same ring as one."""
+        merged: dict[int, tuple[Subgroup, list, list]] = {}
+        for group, sends, recvs in exchanges:
+            into = merged.setdefault(id(group), (group, [], []))
+            into[1].extend(sends)
+            into[2].extend(recvs)
+        calls = [(sends, group.members[(group.rank + 1) % group.size], recvs,
+                  group.members[(group.rank - 1) % group.size])
+                 for group, sends, recvs in merged.values()]
+        if self._together is not None and len(calls) > 1:
+            self._together(calls)
+            return
+        for sends, dest, recvs, source in calls:
+            self.t.sendrecv_parts(sends, dest, recvs, source)
+
+    def _slice(self, pieces: Pieces, total: int, ufunc: np.ufunc, tmp: np.ndarray,
+               finish: Finish | None, track: _Levels):
+        """The exchanges of one slice of ``total`` elements, one per yield (the same
+        number on every rank), reducing what arrived after each."""
         local, cross = self.local, self.cross
-        tell = phase or _quiet
-        segments = to_segments(even_counts(pieces.total, local.size))
-        tell("LOCAL_REDUCESCATTER", True)
-        ring_reduce_scatter(local, pieces, segments, ufunc, tmp)
-        tell("LOCAL_REDUCESCATTER", False)
+        segments = to_segments(even_counts(total, local.size))
+        widest = segments[0][1]         # (local rank 0's segment is the longest)
+        track.enter("LOCAL_REDUCESCATTER")
+        yield from _reduce_scatter(local, pieces, segments, ufunc, tmp, None, widest)
+        track.leave("LOCAL_REDUCESCATTER")
         offset, length = segments[local.rank]
-        if length:      # (the same length on every host: one for the whole cross ring)
-            mine = Pieces([(out, out) for _, out in pieces.parts(offset, length)])
-            across = to_segments(even_counts(length, cross.size))
-            tell("CROSS_REDUCESCATTER", True)
-            ring_reduce_scatter(cross, mine, across, ufunc, tmp, finish)
-            tell("CROSS_REDUCESCATTER", False)
-            tell("CROSS_ALLGATHER", True)
-            ring_allgather(cross, mine, across)
-            tell("CROSS_ALLGATHER", False)
-        tell("LOCAL_ALLGATHER", True)
-        ring_allgather(local, pieces, segments)
-        tell("LOCAL_ALLGATHER", False)
+        mine = Pieces([(out, out) for _, out in pieces.parts(offset, length)])
+        across = to_segments(even_counts(length, cross.size))
+        widest = even_counts(widest, cross.size)[0]
+        track.enter("CROSS_REDUCESCATTER")
+        yield from _reduce_scatter(cross, mine, across, ufunc, tmp, finish, widest)
+        track.leave("CROSS_REDUCESCATTER")
+        track.enter("CROSS_ALLGATHER")
+        yield from _allgather(cross, mine, across)
+        track.leave("CROSS_ALLGATHER")
+        track.enter("LOCAL_ALLGATHER")
+        yield from _allgather(local, pieces, segments)
+        track.leave("LOCAL_ALLGATHER")
+
+
+def _reduce_scatter(group: Subgroup, pieces: Pieces, segments: Sequence[Segment],
+                    ufunc: np.ufunc, tmp: np.ndarray, finish: Finish | None, widest: int):
+    """The ring's reduce-scatter (see :func:`.ring.ring_reduce_scatter`) as exchanges
+    to yield: a chunk each, as many per step as the widest segment needs on any rank."""
+    p, r = group.size, group.rank
+    chunk = len(tmp)
+    for step in range(p - 1):
+        send_offset, send_length = segments[(r - step - 1) % p]
+        recv_offset, recv_length = segments[(r - step - 2) % p]
+        last = step == p - 2
+        for start in range(0, max(widest, 1), chunk):
+            sends = [pair[1 if step else 0] for pair in pieces.parts(
+                send_offset + start, min(chunk, send_length - start))]
+            incoming = pieces.parts(recv_offset + start, min(chunk, recv_length - start))
+            arrived, position = [], 0
+            for mine, _ in incoming:
+                arrived.append(tmp[position:position + len(mine)])
+                position += len(mine)
+            yield group, sends, arrived
+            for (mine, acc), theirs in zip(incoming, arrived, strict=True):
+                ufunc(mine, theirs, out=acc)
+                if finish is not None and last:
+                    finish(acc)
+
+
+def _allgather(group: Subgroup, pieces: Pieces, segments: Sequence[Segment]):
+    """The ring's allgather as exchanges to yield, one per step."""
+    p, r = group.size, group.rank
+    for step in range(p - 1):
+        yield (group, [out for _, out in pieces.parts(*segments[(r - step) % p])],
+               [out for _, out in pieces.parts(*segments[(r - step - 1) % p])])
+
+
+class _Levels:
+    """Tells ``phase`` when the first slice enters a level and the last leaves it."""
+
+    def __init__(self, phase: Phase | None, slices: int):
+        self.phase = phase
+        self.slices = slices
+        self.counts: dict[str, list[int]] = {}
+
+    def enter(self, name: str) -> None:
+        count = self.counts.setdefault(name, [0, 0])
+        count[0] += 1
+        if count[0] == 1 and self.phase is not None:
+            self.phase(name, True)
+
+    def leave(self, name: str) -> None:
+        count = self.counts[name]
+        count[1] += 1
+        if count[1] == self.slices and self.phase is not None:
+            self.phase(name, False)
 
 
 def _quiet(name: str, started: bool) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ class Scratch:
         self.chunk_bytes = chunk_bytes
         self.size = size
         self._chunks: dict[np.dtype, np.ndarray] = {}
+        self._spares: dict[tuple[np.dtype, int], np.ndarray] = {}
         self._gather: np.ndarray | None = None
 
     def chunk_len(self, dtype: np.dtype) -> int:
@@ -54,6 +56,15 @@ class Scratch:
         chunk = self._chunks.get(dtype)
         if chunk is None:
             chunk = self._chunks[dtype] = aligned_empty(self.chunk_len(dtype), dtype)
+        return chunk
+
+    def spare(self, dtype: np.dtype, index: int) -> np.ndarray:
+        """The ``index``-th further receive buffer of one chunk of ``dtype`` (the
+        two-level pipeline's slices in flight need one each), made on first use."""
+        key = (dtype, index)
+        chunk = self._spares.get(key)
+        if chunk is None:
+            chunk = self._spares[key] = aligned_empty(self.chunk_len(dtype), dtype)
         return chunk
 
     def gather(self) -> np.ndarray:
@@ -122,7 +133,8 @@ class Reducer:
                                                       total * dtype.itemsize):
             if self._levels is None:
                 self._levels = TwoLevels(t, self.layout)
-            self._levels.allreduce(pieces, ufunc, self.scratch.chunk(dtype), finish, phase)
+            self._levels.allreduce(pieces, ufunc, self.scratch.chunk(dtype), finish, phase,
+                                   partial(self.scratch.spare, dtype))
             return
         segments = to_segments(even_counts(total, t.size))
         tmp = self.scratch.chunk(pieces.pairs[0][0].dtype)

@@ -8,9 +8,42 @@ import numpy as np
 import pytest
 
 from gcurun.runtime import algorithms as alg
-from tests.runtime.threads import QueueTransport, run_ranks
+from tests.runtime.threads import QueueTransport, in_threads, run_ranks, transports
 
 LEVELS = ["LOCAL_REDUCESCATTER", "CROSS_REDUCESCATTER", "CROSS_ALLGATHER", "LOCAL_ALLGATHER"]
+
+
+class Together(QueueTransport):
+    """A queue transport that also moves several exchanges at once (as tcp and mpi do):
+    every message sent, then every one received. Counts its calls."""
+
+    together = 0
+
+    def sendrecv_together(self, exchanges) -> None:
+        self.together += 1
+        for sends, dest, _, _ in exchanges:
+            for buf in sends:
+                self.send(buf, dest)
+        for _, _, recvs, source in exchanges:
+            for buf in recvs:
+                self.recv(buf, source)
+
+
+def recording(phases: list[tuple[str, bool]]):
+    """A phase callback that records (name, started) as it hears them."""
+    def phase(name: str, started: bool) -> None:
+        phases.append((name, started))
+
+    return phase
+
+
+def well_nested(phases: list[tuple[str, bool]]) -> bool:
+    """Each level starts once and ends once after it started, the starts in order (the
+    pipeline's slices overlap the levels)."""
+    starts = [name for name, started in phases if started]
+    ends = [name for name, started in phases if not started]
+    return starts == LEVELS and sorted(ends) == sorted(LEVELS) and all(
+        phases.index((name, True)) < phases.index((name, False)) for name in LEVELS)
 
 
 def test_a_layout_numbers_hosts_in_order_and_knows_its_groups() -> None:
@@ -61,33 +94,52 @@ def test_the_model_counts_the_bytes_each_link_carries() -> None:
 LAYOUTS = [[0, 0, 1, 1], [0, 1, 0, 1], [0, 0, 0, 1, 1, 1, 2, 2, 2], [0, 0, 1, 1, 2, 2]]
 
 
+@pytest.mark.parametrize("together", [False, True], ids=["one-by-one", "together"])
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-slice", "pipelined"])
 @pytest.mark.parametrize("hosts", LAYOUTS, ids=lambda h: "".join(map(str, h)))
-def test_two_levels_sum_exactly_at_awkward_lengths(hosts: list[int]) -> None:
-    """Every length from 0 to past a few chunks of 5 elements, in place and not, a
-    finish (halving) applied once to every element."""
+def test_two_levels_sum_exactly_at_awkward_lengths(hosts: list[int], pipelined: bool,
+                                                   together: bool) -> None:
+    """Every length from 0 to past a few slices of chunks of 5 elements, in place and
+    not, fused, a finish (halving) applied once to every element; one slice at a time
+    or pipelined (spare chunks), over a transport that moves exchanges one by one or
+    together."""
     size = len(hosts)
     layout = alg.HostLayout(hosts)
     lengths = [0, 1, 2, size - 1, size, size + 1, 2 * size + 1, 37, 1000]
+    ranks = transports(size, Together if together else QueueTransport)
 
-    def body(t: QueueTransport) -> list[tuple[np.ndarray, np.ndarray]]:
+    def body(rank: int) -> list[tuple[np.ndarray, ...]]:
+        t = ranks[rank]
         levels = alg.TwoLevels(t, layout)
         tmp = np.empty(5, np.int64)
+        spare = (lambda i: np.empty(5, np.int64)) if pipelined else None
         results = []
         for n in lengths:
             send = np.arange(n, dtype=np.int64) * (t.rank + 1)
             out = np.empty_like(send)
-            levels.allreduce(alg.Pieces([(send, out)]), np.add, tmp)
+            phases: list[tuple[str, bool]] = []
+            levels.allreduce(alg.Pieces([(send, out)]), np.add, tmp, None,
+                             recording(phases), spare)
+            assert well_nested(phases), phases
             inplace = send.copy()
             halve = lambda x: np.floor_divide(x, 2, out=x)  # noqa: E731
-            levels.allreduce(alg.Pieces([(inplace, inplace)]), np.add, tmp, halve)
-            results.append((out, inplace))
+            levels.allreduce(alg.Pieces([(inplace, inplace)]), np.add, tmp, halve, None,
+                             spare)
+            fused = [send.copy() for _ in range(3)]
+            levels.allreduce(alg.Pieces([(x, x) for x in fused]), np.add, tmp, None, None,
+                             spare)
+            results.append((out, inplace, *fused))
+        if together and pipelined and size > 4:
+            assert t.together > 0
         return results
 
     total = size * (size + 1) // 2
-    for results in run_ranks(size, body):
-        for n, (out, halved) in zip(lengths, results, strict=True):
+    for results in in_threads(size, body, 120):
+        for n, (out, halved, *fused) in zip(lengths, results, strict=True):
             assert out.tolist() == (np.arange(n) * total).tolist()
             assert halved.tolist() == (np.arange(n) * total // 2).tolist()
+            for x in fused:
+                assert x.tolist() == (np.arange(n) * total).tolist()
 
 
 @pytest.mark.parametrize("hosts", LAYOUTS[:3], ids=lambda h: "".join(map(str, h)))
@@ -107,9 +159,8 @@ def test_a_fused_batch_takes_two_levels_and_says_so(hosts: list[int]) -> None:
                           None, lambda name, started: phases.append((name, started)))
         return outputs, phases
 
-    want = [[(name, True), (name, False)] for name in LEVELS]
     for outputs, phases in run_ranks(size, body):
-        assert phases == [p for pair in want for p in pair]
+        assert well_nested(phases), phases
         for n, out in zip(lengths, outputs, strict=True):
             assert np.array_equal(out, np.arange(n) * size + sum(range(size)))
 
