@@ -79,8 +79,10 @@ def test_the_latency_bound_is_where_efficiency_crosses_the_target():
     assume = Assumptions(compute_ms=100.0, overlap=2 / 3, shm_gbytes=100.0)
     bound = latency_for_target(MODEL, 1024, True, assume, 200.0, 2_000_000_000)
     assert bound is not None and bound > 0
-    at = Assumptions(100.0, 2 / 3, bound * 1e6 * 0.99, 100.0)
-    past = Assumptions(100.0, 2 / 3, bound * 1e6 * 1.01, 100.0)
+    at = Assumptions(compute_ms=100.0, overlap=2 / 3, net_latency_us=bound * 1e6 * 0.99,
+                     shm_gbytes=100.0)
+    past = Assumptions(compute_ms=100.0, overlap=2 / 3, net_latency_us=bound * 1e6 * 1.01,
+                       shm_gbytes=100.0)
     efficiency = [step(scaled_model(MODEL, 200.0, 2_000_000_000, a), 1024, True, a)[1]
                   for a in (at, past)]
     assert efficiency[0] >= 0.9 > efficiency[1]
@@ -103,7 +105,8 @@ def test_the_command_fits_checks_and_extrapolates(tmp_path, capsys):
     assert main(["--fit", str(path), "--json", str(tmp_path / "model.json")]) == 0
     out = capsys.readouterr().out
     assert "| 2x2 | gcurun-tcp-2level | 16 MiB |" in out
-    assert "Predictions within 15%: 4 of 4." in out     # the two levels' sizes
+    assert "Predictions within 15% from 1 MiB up: 2 of 2 (errors" in out
+    assert "Predictions within 15% below 1 MiB: 2 of 2 (errors" in out
     assert "| 1024 (128 x 8) | 200 Gbit/s |" in out
     saved = json.loads((tmp_path / "model.json").read_text())
     assert math.isclose(saved["model"]["net_bandwidth"], MODEL.net_bandwidth, rel_tol=1e-6)
