@@ -70,6 +70,7 @@ from benchmarks.cluster_allreduce_rank import (  # noqa: E402
 
 RANK_SCRIPT = Path(__file__).resolve().with_name("cluster_allreduce_rank.py")
 GCURUN_VARIANTS = ("gcurun-tcp", "gcurun-mpi", "gcurun-tcp-flat", "gcurun-tcp-2level")
+DEFAULT_VARIANTS = ("gcurun-tcp", "gcurun-mpi", "mpirun", "gloo")
 PEERS = ("mpirun", "gloo", "gcurun-tcp-flat")
 PEER_LABELS = {"mpirun": "mpirun", "gloo": "gloo", "gcurun-tcp-flat": "flat"}
 TWO_LEVEL_FLAGS = {"gcurun-tcp-flat": ["--no-hierarchical-allreduce"],
@@ -161,8 +162,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="HOSTSxRANKS, comma-separated (default 2x1,4x1,2x2)")
     parser.add_argument("--min-bytes", type=parse_size, default=64 * KIB)
     parser.add_argument("--max-bytes", type=parse_size, default=256 * MIB)
-    parser.add_argument("--variants", type=parse_variants, default=list(VARIANTS),
-                        help=f"comma-separated, default {','.join(VARIANTS)}")
+    parser.add_argument("--variants", type=parse_variants, default=list(DEFAULT_VARIANTS),
+                        help=f"comma-separated, default {','.join(DEFAULT_VARIANTS)} "
+                             f"(of {','.join(VARIANTS)})")
     parser.add_argument("--rounds", type=int, default=5,
                         help="turns of every variant per size (default 5)")
     parser.add_argument("--seconds", type=float, default=0.5,

@@ -82,6 +82,12 @@ def test_a_rank_missing_from_the_sum_is_named_by_its_first_wrong_element():
     assert "3 of 3 elements at index 0 mod 3 wrong" in wrong
 
 
+def test_the_default_variants_are_gcurun_and_its_peers():
+    from benchmarks.cluster_allreduce import parse_args
+
+    assert parse_args([]).variants == ["gcurun-tcp", "gcurun-mpi", "mpirun", "gloo"]
+
+
 def test_options_quote_bad_input():
     assert parse_layouts("2x1, 4x1,2x2") == [Layout(2, 1), Layout(4, 1), Layout(2, 2)]
     assert [parse_size(s) for s in ("64K", "64KiB", "256M", "1g", "65536")] == \
