@@ -163,7 +163,7 @@ def _wrong_secret(address: tuple[str, int]) -> None:
     with _connect(address) as sock:
         deadline = time.monotonic() + 10
         wire.client_handshake(sock, b"not the job's secret at all", wire.PEER_MAGIC,
-                              PEER_LABEL, deadline, CONNECT_EXTRA.pack(0, 1, 0))
+                              PEER_LABEL, deadline, CONNECT_EXTRA.pack(0, 1, 0, 1))
         _drain(sock)
 
 

@@ -60,7 +60,8 @@ class Cycles:
     """An engine's state, and the cycles that move it on (the engine thread's side)."""
 
     def __init__(self, transport: Transport, env: RuntimeEnv, *, capacity: int,
-                 threshold_bytes: int, chunk_bytes: int, idle_cycles: bool = True):
+                 threshold_bytes: int, chunk_bytes: int, idle_cycles: bool = True,
+                 layout: alg.HostLayout | None = None, two_levels: alg.TwoLevelMode = "auto"):
         self.t = transport
         self.rank, self.size = transport.rank, transport.size
         self.timeout = env.timeout_seconds
@@ -79,7 +80,8 @@ class Cycles:
                                env.stall_check_shutdown_seconds, report)
         self.controller = Controller(transport, capacity, chunk_bytes, self.timeline, stall)
         self.executor = Executor(transport, chunk_bytes, threshold_bytes, self.timeline,
-                                 huge_pages=env.huge_pages)
+                                 huge_pages=env.huge_pages, layout=layout,
+                                 two_levels=two_levels)
         self._lock = threading.Condition()
         self._incoming: list[Op] = []
         self._handles: dict[int, Handle] = {}

@@ -85,6 +85,25 @@ class MPITransport:
             raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
                                    f"{source if recvs else dest}: {exc}") from None
 
+    def sendrecv_together(self, exchanges: Sequence[tuple[Sequence[Buffer], int,
+                                                          Sequence[Buffer], int]]) -> None:
+        """Several :meth:`sendrecv_parts` at once, ``(sendbufs, dest, recvbufs, source)``
+        each, no peer in two of them: every message of every one in flight together."""
+        mpi, comm, byte = self._mpi, self.comm, self._byte
+        requests: list = []
+        peers: list[int] = []
+        try:
+            for sendbufs, dest, recvbufs, source in exchanges:
+                recvs, sends = _messages(recvbufs), _messages(sendbufs)
+                requests += [comm.Irecv([buf, byte], source, TAG) for buf in recvs]
+                requests += [comm.Isend([buf, byte], dest, TAG) for buf in sends]
+                peers += [source] * len(recvs) + [dest] * len(sends)
+            if requests and not mpi.Request.Testall(requests):
+                self._wait(requests, peers)
+        except mpi.Exception as exc:
+            raise PeerFailureError(f"MPI failed between rank {self.rank} and ranks "
+                                   f"{sorted(set(peers))}: {exc}") from None
+
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:
         """A sendrecv of these two fixed buffers, to run many times, as MPI persistent
