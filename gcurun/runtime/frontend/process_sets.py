@@ -191,6 +191,14 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     return True
 
 
+def process_sets() -> list[ProcessSet]:
+    """The registered process sets, the global set first (only it before init())."""
+    if not job.is_initialized():
+        return [global_process_set]
+    state = job.state("process_sets()")
+    return [global_process_set, *state.sets.values()]
+
+
 def _set_env(env: Any, set_id: int) -> Any:
     """The settings of a set's engine: its timeline, if any, in a file of its own."""
     if not env.timeline:
