@@ -223,10 +223,13 @@ def join(process_set: ProcessSet = global_process_set) -> int:
     """This rank has no more data: until every rank (of the set) has joined, it takes
     part in the others' reductions with neutral data (zeros for sums, the identity for
     min, max and product); gathers and broadcasts fail on every rank that calls them
-    meanwhile, as in Horovod. Returns the rank that joined last (of the engine: a rank
-    within the set)."""
+    meanwhile, as in Horovod. Returns the rank that joined last, a rank of the job also
+    on a process set (Horovod's process set records the global rank of its last
+    joiner)."""
     engine = engine_of(process_set, "join")
-    return engine.synchronize(engine.submit([engine.join_op()]))
+    last = engine.synchronize(engine.submit([engine.join_op()]))
+    members = _members(process_set)
+    return last if members is None else members[last]
 
 
 def _members(process_set: ProcessSet) -> list[int] | None:

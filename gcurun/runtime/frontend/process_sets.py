@@ -161,7 +161,8 @@ def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
         process_set.opened = opened
         try:
             engine = start_engine(opened.transport, _set_env(state.env, set_id),
-                                  state.env.chunk_bytes)
+                                  state.env.chunk_bytes, hosts=None if state.hosts is None
+                                  else [state.hosts[r] for r in ranks])
         except BaseException:
             process_set.close()
             raise
@@ -188,6 +189,14 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     if opened is not None:
         opened.close()
     return True
+
+
+def process_sets() -> list[ProcessSet]:
+    """The registered process sets, the global set first (only it before init())."""
+    if not job.is_initialized():
+        return [global_process_set]
+    state = job.state("process_sets()")
+    return [global_process_set, *state.sets.values()]
 
 
 def _set_env(env: Any, set_id: int) -> Any:

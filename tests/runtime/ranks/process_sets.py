@@ -1,7 +1,7 @@
 """Rank script: process sets on the numpy API (the engine of each set): sync, async,
 grouped (fused on the set's engine), objects, barrier, roots given as ranks of the job,
-a bad root and a mismatch raised on every member, a non-member refused, removal. Prints
-one summary line per rank."""
+a bad root and a mismatch raised on every member, join, a non-member refused, removal.
+Prints one summary line per rank."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ def main() -> None:
     odds = hvd.add_process_set([k for k in range(p) if k % 2 == 1]) if p > 1 else None
     mine = evens if r % 2 == 0 else odds
     assert mine is not None
+    tally.ok(hvd.process_sets() == [hvd.global_process_set, evens] + ([odds] if odds else []),
+             "the registry")
     members = mine.ranks or []
     tally.ok(mine.included() and mine.size() == len(members)
              and mine.rank() == members.index(r), "membership")
@@ -81,6 +83,12 @@ def main() -> None:
                  for k in range(len(members))])
         got = hvd.allreduce(np.array([1.0]), op=hvd.Sum, name="s.after", process_set=mine)
         tally.ok(got.tolist() == [len(members)], "the set works on after a mismatch")
+    if r == members[-1]:        # the others join first; this allreduce waits for them
+        got = hvd.allreduce(np.array([1.0]), op=hvd.Sum, name="s.joining", process_set=mine)
+        tally.ok(got.tolist() == [1.0], f"the joined members add nothing: {got}")
+    last = hvd.join(process_set=mine)
+    tally.ok(last == members[-1], f"join on a set returns the job's rank that joined last "
+                                  f"({members[-1]}): {last}")
     other = odds if mine is evens else evens
     if other is not None:
         expect(tally, ValueError, lambda: hvd.allreduce(np.ones(1), process_set=other),
@@ -90,6 +98,7 @@ def main() -> None:
     tally.ok(hvd.remove_process_set(evens) and not hvd.remove_process_set(evens), "remove")
     if odds is not None:
         hvd.remove_process_set(odds)
+    tally.ok(hvd.process_sets() == [hvd.global_process_set], "the registry after removal")
     expect(tally, ValueError, lambda: hvd.allreduce(np.ones(1), process_set=evens),
            "is not registered")
     hvd.shutdown()
