@@ -82,6 +82,7 @@ from gcurun.runtime.frontend.sync_ops import (
     broadcast_object,
     reducescatter,
 )
+from gcurun.runtime.frontend.timelines import start_timeline, stop_timeline
 
 __all__ = [
     "Adasum", "ArgumentError", "Average", "CollectiveError", "CollectiveTimeout",
@@ -96,5 +97,6 @@ __all__ = [
     "grouped_reducescatter_async", "init", "is_homogeneous", "is_initialized", "join",
     "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
     "nccl_built", "poll", "process_sets", "rank", "reducescatter", "reducescatter_async",
-    "remove_process_set", "shutdown", "size", "synchronize",
+    "remove_process_set", "shutdown", "size", "start_timeline", "stop_timeline",
+    "synchronize",
 ]
