@@ -21,6 +21,8 @@ from gcurun.runtime import (
     MismatchError,
     NotInitializedError,
     PeerFailureError,
+    start_timeline,
+    stop_timeline,
 )
 from gcurun.runtime.tensorflow import elastic, util
 from gcurun.runtime.tensorflow.basics import (
@@ -109,5 +111,5 @@ __all__ = [
     "is_homogeneous", "is_initialized", "join", "local_rank", "local_rank_op", "local_size",
     "local_size_op", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built",
     "process_set_included_op", "rank", "rank_op", "reducescatter", "remove_process_set",
-    "rocm_built", "shutdown", "size", "size_op", "util",
+    "rocm_built", "shutdown", "size", "size_op", "start_timeline", "stop_timeline", "util",
 ]
