@@ -78,23 +78,28 @@ class State:
 
     def check_host_updates(self) -> None:
         """Raise HostsUpdatedInterrupt, on every rank alike, when the hosts changed since
-        the last check. A collective: each rank's newest notification number and the
-        bits of the updates newer than the last acted on are gathered, and the row with
-        the newest number wins."""
-        last, bits = self._last_updated_timestamp, 0
+        the last check. A collective: each rank's last acted-on notification number,
+        its newest one and the bits of the updates in between are gathered; the highest
+        acted-on number is the job's (a worker that joined later has seen fewer), and
+        the bits of the ranks that have it are OR-ed."""
+        prev, last, bits = self._last_updated_timestamp, self._last_updated_timestamp, 0
         while not self._host_messages.empty():
             timestamp, update = self._host_messages.get()
-            if timestamp > self._last_updated_timestamp:
+            if timestamp > prev:
                 last = max(last, timestamp)
                 bits |= int(update)
         from gcurun.runtime import allgather, is_initialized, size
 
         if is_initialized() and size() > 1:
-            rows = allgather(np.array([[last, bits]], np.int64),
+            rows = allgather(np.array([[prev, last, bits]], np.int64),
                              name="gcurun.elastic.check_host_updates")
-            last, bits = (int(v) for v in rows[int(np.argmax(rows[:, 0]))])
-        if last > self._last_updated_timestamp:
-            self._last_updated_timestamp = last
+            prev, last = int(rows[:, 0].max()), int(rows[:, 1].max())
+            bits = 0
+            for row in rows:
+                if int(row[0]) == prev:
+                    bits |= int(row[2])
+        self._last_updated_timestamp = max(prev, last)
+        if last > prev:
             raise HostsUpdatedInterrupt(bits == HostUpdateResult.removed)
 
     def save(self) -> None:
