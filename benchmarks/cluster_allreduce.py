@@ -3,6 +3,8 @@
     python benchmarks/cluster_allreduce.py [--rate 2gbit] [--layouts 2x1,4x1,2x2]
         [--min-bytes 64K] [--max-bytes 256M] [--rounds 5] [--seconds 0.5]
         [--variants gcurun-tcp,gcurun-mpi,mpirun,gloo] [--cluster DIR] [--json FILE]
+    python benchmarks/cluster_allreduce.py --layouts 2x2 --variants \
+        gcurun-tcp-flat,gcurun-tcp-2level --min-bytes 1M --max-bytes 64M   # two levels
 
 Needs root, ip, tc, unshare and sshd: it builds namespace hosts with
 tests/cluster/netns-cluster.sh, every host's link shaped to ``--rate`` with tc tbf on both
@@ -14,6 +16,12 @@ host) four jobs run side by side, each its own variant of the same allreduce:
     gcurun-mpi   gcurun --mpi -H ...; the same script on the mpi backend
     mpirun       mpirun -H ...; Open MPI's own MPI_Allreduce (pml ob1, btl self,sm,tcp)
     gloo         gcurun -H ...; torch.distributed.all_reduce on gloo
+
+and, on request (``--variants``), gcurun-tcp-flat and gcurun-tcp-2level: gcurun-tcp told
+to take the flat ring (``--no-hierarchical-allreduce``) or the two-level allreduce
+(``--hierarchical-allreduce``); gcurun-tcp itself decides. Their table has a ``vs flat``
+column. A layout of one host (``1x2``) measures shared memory alone (the scale model's
+other link).
 
 They take turns: for each size, every round runs each variant once, in an order shuffled
 anew every round, while the other jobs wait idle on the control socket (gcurun's ranks
@@ -61,14 +69,19 @@ from benchmarks.cluster_allreduce_rank import (  # noqa: E402
 )
 
 RANK_SCRIPT = Path(__file__).resolve().with_name("cluster_allreduce_rank.py")
-GCURUN_VARIANTS = ("gcurun-tcp", "gcurun-mpi")
-PEERS = ("mpirun", "gloo")
+GCURUN_VARIANTS = ("gcurun-tcp", "gcurun-mpi", "gcurun-tcp-flat", "gcurun-tcp-2level")
+DEFAULT_VARIANTS = ("gcurun-tcp", "gcurun-mpi", "mpirun", "gloo")
+PEERS = ("mpirun", "gloo", "gcurun-tcp-flat")
+PEER_LABELS = {"mpirun": "mpirun", "gloo": "gloo", "gcurun-tcp-flat": "flat"}
+TWO_LEVEL_FLAGS = {"gcurun-tcp-flat": ["--no-hierarchical-allreduce"],
+                   "gcurun-tcp-2level": ["--hierarchical-allreduce"]}
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 IDLE_SECONDS = 3600         # a rank's longest wait for its next command
 STOP_SECONDS = 30           # a job's time to end after it was told to quit
 # The issue's goals where the link is the bottleneck.
 LINK_GOAL, LINK_GOAL_FROM = 0.9, 16 * MIB
 PEER_GOAL, PEER_GOAL_FROM = 1.0, 1 * MIB
+TWO_LEVEL_GOAL, TWO_LEVEL_GOAL_AT = 1.3, 64 * MIB     # x the flat ring's busbw, 2 x 2
 
 
 class BenchmarkError(Exception):
@@ -99,9 +112,11 @@ def parse_layouts(text: str) -> list[Layout]:
     layouts = []
     for item in (part.strip() for part in text.split(",")):
         match = re.fullmatch(r"([0-9]+)x([0-9]+)", item)
-        if not match or int(match[1]) < 2 or int(match[2]) < 1:
+        if not match or int(match[1]) < 1 or int(match[2]) < 1 or \
+                int(match[1]) * int(match[2]) < 2:
             raise argparse.ArgumentTypeError(
-                f"layout {item!r}: write HOSTSxRANKS with at least 2 hosts, e.g. 2x1 or 2x2")
+                f"layout {item!r}: write HOSTSxRANKS with at least 2 ranks, e.g. 2x1, 2x2 "
+                "or 1x2 (one host: shared memory only)")
         layouts.append(Layout(int(match[1]), int(match[2])))
     return layouts
 
@@ -147,8 +162,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="HOSTSxRANKS, comma-separated (default 2x1,4x1,2x2)")
     parser.add_argument("--min-bytes", type=parse_size, default=64 * KIB)
     parser.add_argument("--max-bytes", type=parse_size, default=256 * MIB)
-    parser.add_argument("--variants", type=parse_variants, default=list(VARIANTS),
-                        help=f"comma-separated, default {','.join(VARIANTS)}")
+    parser.add_argument("--variants", type=parse_variants, default=list(DEFAULT_VARIANTS),
+                        help=f"comma-separated, default {','.join(DEFAULT_VARIANTS)} "
+                             f"(of {','.join(VARIANTS)})")
     parser.add_argument("--rounds", type=int, default=5,
                         help="turns of every variant per size (default 5)")
     parser.add_argument("--seconds", type=float, default=0.5,
@@ -197,8 +213,8 @@ def job_argv(variant: str, layout: Layout, cluster: Any, env: dict[str, str],
     gcurun = [sys.executable, "-m", "gcurun", "-np", np, "-H", spec,
               "--ssh-config", str(cluster.ssh_config)]
     forward = [arg for name, value in env.items() for arg in ("-x", f"{name}={value}")]
-    if variant == "gcurun-tcp":
-        return [*gcurun, *forward, *rank]
+    if variant in ("gcurun-tcp", *TWO_LEVEL_FLAGS):
+        return [*gcurun, *TWO_LEVEL_FLAGS.get(variant, []), *forward, *rank]
     if variant == "gcurun-mpi":
         return [*gcurun, "--mpi", "--network-interface", cidr,
                 "--mpi-args", " ".join(mpi_transport), *forward, *rank]
@@ -370,6 +386,8 @@ class LayoutResult:
     sizes: list[int]
     variants: list[str]
     cells: dict[tuple[int, str], Cell]
+    # This machine's 1-minute load average when the layout's turns began and ended.
+    load: tuple[float, float] = (0.0, 0.0)
 
     @property
     def cpu_bound(self) -> bool:
@@ -379,6 +397,7 @@ class LayoutResult:
 def measure_layout(layout: Layout, ranks: dict[str, list[Rank]], sizes: list[int],
                    args: argparse.Namespace, rate_bits: int, cores: int) -> LayoutResult:
     variants = list(ranks)
+    load_before = os.getloadavg()[0]
     cap = max_calls(layout.ranks)
     estimate: dict[str, float] = {}
     for variant in variants:        # one call each: the first turn of a job is its slowest
@@ -404,7 +423,8 @@ def measure_layout(layout: Layout, ranks: dict[str, list[Rank]], sizes: list[int
         link = rate_bits / 8 / 1e9
         progress(f"{layout.label}: {format_size(nbytes)}: busbw / link, medians: " + ", ".join(
             f"{v} {busbw_of(layout, nbytes, median[v]) / link:.2f}" for v in variants))
-    return LayoutResult(layout, cores, rate_bits, sizes, variants, cells)
+    return LayoutResult(layout, cores, rate_bits, sizes, variants, cells,
+                        (load_before, os.getloadavg()[0]))
 
 
 def progress(message: str) -> None:
@@ -436,6 +456,9 @@ def format_table(result: LayoutResult) -> str:
     bound = (f"CPU-bound: {n} ranks on {result.cores} cores (MPI yields while idle); "
              "peers compared without a goal" if result.cpu_bound else
              f"link-bound: {n} ranks on {result.cores} cores")
+    if layout.hosts == 1:
+        bound = f"one host: shared memory only, the link idle; {n} ranks on " \
+            f"{result.cores} cores"
     peers = [p for p in PEERS if p in result.variants]
     lines = [
         f"# allreduce, {layout.hosts} hosts x {layout.per_host} rank(s) = {n} ranks, "
@@ -446,10 +469,13 @@ def format_table(result: LayoutResult) -> str:
         "mean per call",
         f"# busbw = algbw x 2(n-1)/n = algbw x {2 * (n - 1) / n:.2f} (GB/s); range = busbw's "
         "lowest-highest round; link = busbw / link rate (TCP payload tops out near 0.956)",
-        "# vs X = this row's busbw / X's busbw (medians)",
+        "# vs X = this row's busbw / X's busbw (medians); flat = gcurun-tcp-flat",
+        f"# load average (1 min) of this machine: {result.load[0]:.2f} at the start, "
+        f"{result.load[1]:.2f} at the end",
         "#",
-        f"#{'size':>10}  {'variant':<11}{'calls':>6}{'time(us)':>12}{'algbw':>8}"
-        f"{'busbw':>8}  {'range':>13}{'link':>7}" + "".join(f"{'vs ' + p:>11}" for p in peers),
+        f"#{'size':>10}  {'variant':<17}{'calls':>6}{'time(us)':>12}{'algbw':>8}"
+        f"{'busbw':>8}  {'range':>13}{'link':>7}"
+        + "".join(f"{'vs ' + PEER_LABELS[p]:>11}" for p in peers),
     ]
     for nbytes in result.sizes:
         median = {v: statistics.median(result.cells[nbytes, v].seconds)
@@ -459,12 +485,13 @@ def format_table(result: LayoutResult) -> str:
             bus = busbw(result, nbytes, median[variant])
             low, high = (busbw(result, nbytes, s) for s in (max(cell.seconds),
                                                                min(cell.seconds)))
-            line = (f" {nbytes if i == 0 else '':>10}  {variant:<11}{cell.calls:>6}"
+            line = (f" {nbytes if i == 0 else '':>10}  {variant:<17}{cell.calls:>6}"
                     f"{median[variant] * 1e6:>12.1f}{nbytes / median[variant] / 1e9:>8.3f}"
                     f"{bus:>8.3f}  {f'{low:.3f}-{high:.3f}':>13}{bus / link_gbs:>7.2f}")
             for peer in peers:
                 ratio = median[peer] / median[variant]
-                line += f"{ratio:>11.2f}" if variant in GCURUN_VARIANTS else f"{'':>11}"
+                line += f"{ratio:>11.2f}" if variant in GCURUN_VARIANTS and \
+                    variant != peer else f"{'':>11}"
             lines.append(line.rstrip())
     lines += goal_lines(result, peers)
     turns = sum(c.checked for c in result.cells.values())
@@ -474,9 +501,14 @@ def format_table(result: LayoutResult) -> str:
 
 
 def goal_lines(result: LayoutResult, peers: list[str]) -> list[str]:
-    """How often gcurun met the issue's goals, where they apply (link-bound layouts)."""
-    if result.cpu_bound:
-        return ["# goals: none (CPU-bound layout)"]
+    """How often gcurun met the issue's goals, where they apply (link-bound layouts; the
+    two-level goal, a ratio of gcurun to itself, in every layout of several hosts of
+    several ranks)."""
+    lines = two_level_lines(result)
+    peers = [p for p in peers if p != "gcurun-tcp-flat"]
+    if result.cpu_bound or result.layout.hosts == 1:
+        what = "one host" if result.layout.hosts == 1 else "CPU-bound layout"
+        return [f"# goals: none ({what})", *lines]
     lines = [f"# goals (link-bound): busbw >= {LINK_GOAL} x link at >= "
              f"{format_size(LINK_GOAL_FROM)}; >= {PEER_GOAL} x each peer at >= "
              f"{format_size(PEER_GOAL_FROM)} (medians)"]
@@ -497,10 +529,51 @@ def goal_lines(result: LayoutResult, peers: list[str]) -> list[str]:
     return lines
 
 
-def as_json(results: list[LayoutResult]) -> dict[str, Any]:
-    return {"layouts": [{
+def two_level_lines(result: LayoutResult) -> list[str]:
+    """The two-level allreduce's busbw over the flat ring's at TWO_LEVEL_GOAL_AT."""
+    layout = result.layout
+    if layout.hosts < 2 or layout.per_host < 2 or "gcurun-tcp-flat" not in result.variants:
+        return []
+    nbytes = TWO_LEVEL_GOAL_AT
+    lines = []
+    for variant in ("gcurun-tcp-2level", "gcurun-tcp"):
+        if variant not in result.variants:
+            continue
+        if nbytes not in result.sizes:
+            lines.append(f"# goal: {variant} >= {TWO_LEVEL_GOAL} x flat at "
+                         f"{format_size(nbytes)}: that size is not in this run")
+            continue
+        ratio = statistics.median(result.cells[nbytes, "gcurun-tcp-flat"].seconds) / \
+            statistics.median(result.cells[nbytes, variant].seconds)
+        lines.append(f"# goal: {variant} >= {TWO_LEVEL_GOAL} x flat's busbw at "
+                     f"{format_size(nbytes)}: {ratio:.2f} "
+                     f"({'met' if ratio >= TWO_LEVEL_GOAL else 'not met'})")
+    return lines
+
+
+def reduce_bandwidth(nbytes: int = 64 * MIB, chunk: int = 2 * MIB, repeats: int = 9) -> float:
+    """Bytes per second at which this machine reduces float64 data as the ring does: a
+    chunk that just arrived (in cache) added into a large buffer, chunk by chunk (the
+    median of ``repeats`` passes over ``nbytes``)."""
+    import numpy as np
+
+    buffer, arrived = np.ones(nbytes // 8), np.ones(chunk // 8)
+    step = len(arrived)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for offset in range(0, len(buffer), step):
+            part = buffer[offset:offset + step]
+            np.add(part, arrived[:len(part)], out=part)
+        times.append(time.perf_counter() - start)
+    return nbytes / statistics.median(times)
+
+
+def as_json(results: list[LayoutResult], reduce_bytes_per_second: float) -> dict[str, Any]:
+    return {"reduce_bandwidth": reduce_bytes_per_second, "layouts": [{
         "hosts": r.layout.hosts, "ranks_per_host": r.layout.per_host, "ranks": r.layout.ranks,
         "cores": r.cores, "cpu_bound": r.cpu_bound, "link_rate_bits": r.rate_bits,
+        "load_average": list(r.load),
         "rows": [{"nbytes": n, "variant": v, "calls": c.calls, "seconds": c.seconds,
                   "checked_turns": c.checked} for (n, v), c in r.cells.items()]}
         for r in results]}
@@ -629,7 +702,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"cluster_allreduce: error: {exc}", file=sys.stderr)
         return 1
     if args.json is not None:
-        args.json.write_text(json.dumps(as_json(results), indent=1) + "\n")
+        args.json.write_text(json.dumps(as_json(results, reduce_bandwidth()), indent=1)
+                             + "\n")
     return 0
 
 

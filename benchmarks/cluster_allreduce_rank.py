@@ -1,10 +1,14 @@
 """One rank of ``benchmarks/cluster_allreduce.py``: it joins its variant's job, connects to
 the benchmark's control socket and runs the turns it is sent, one at a time.
 
-    python cluster_allreduce_rank.py gcurun-tcp|gcurun-mpi|mpirun|gloo
+    python cluster_allreduce_rank.py gcurun-tcp|gcurun-tcp-flat|gcurun-tcp-2level|
+                                     gcurun-mpi|mpirun|gloo
 
 Started by the benchmark in a job of its own per variant (never by hand): ``gcurun -H``
-(gcurun-tcp, gloo), ``gcurun --mpi`` (gcurun-mpi) or ``mpirun`` (mpirun). The control
+(the gcurun-tcp variants, gloo), ``gcurun --mpi`` (gcurun-mpi) or ``mpirun`` (mpirun);
+gcurun-tcp-flat and gcurun-tcp-2level are gcurun-tcp told to take the flat ring or the
+two-level allreduce (``--no-hierarchical-allreduce``, ``--hierarchical-allreduce``;
+gcurun-tcp decides itself). The control
 socket's address and the run's id come in the environment.
 
 A turn is one warm-up call, then ``calls`` timed calls of an in-place float64 Sum on one
@@ -32,7 +36,9 @@ import numpy as np
 CONTROL_VAR = "CLUSTER_BENCH_CONTROL"      # host:port of the benchmark's control socket
 RUN_VAR = "CLUSTER_BENCH_RUN"              # the run's id, sent back in the hello
 IDLE_VAR = "CLUSTER_BENCH_IDLE_SECONDS"    # longest wait for the next command
-VARIANTS = ("gcurun-tcp", "gcurun-mpi", "mpirun", "gloo")
+VARIANTS = ("gcurun-tcp", "gcurun-mpi", "mpirun", "gloo", "gcurun-tcp-flat",
+            "gcurun-tcp-2level")
+TCP_VARIANTS = ("gcurun-tcp", "gcurun-tcp-flat", "gcurun-tcp-2level")
 EXPONENT = -1000        # the pattern's scale: room for about 2000 doublings above it
 CONNECT_SECONDS = 60.0
 
@@ -169,8 +175,8 @@ class Gloo:
 
 def make_variant(name: str, timeout: float) -> Any:
     makers: dict[str, Callable[[], Any]] = {
-        "gcurun-tcp": lambda: Gcurun("tcp"), "gcurun-mpi": lambda: Gcurun("mpi"),
-        "mpirun": NativeMPI, "gloo": lambda: Gloo(timeout)}
+        "gcurun-mpi": lambda: Gcurun("mpi"), "mpirun": NativeMPI, "gloo": lambda: Gloo(timeout),
+        **{name: lambda: Gcurun("tcp") for name in TCP_VARIANTS}}
     if name not in makers:
         raise SystemExit(f"unknown variant {name!r}; pick one of {', '.join(VARIANTS)}")
     return makers[name]()

@@ -4,6 +4,8 @@
     mpirun -np 2 python benchmarks/engine.py                 # mpi backend
     mpirun -np 2 python benchmarks/engine.py --backend tcp   # tcp backend, rendezvous
                                                              # served by rank 0
+    python benchmarks/engine.py --hosts 2,4 --rate 2gbit     # across namespace hosts
+                                                             # (as root; see below)
 
 Each rank holds ResNet-50's 161 gradient tensors (torchvision's layer shapes, 25.6 M
 float32 parameters) and times three ways of averaging them, in place:
@@ -19,6 +21,14 @@ float32 parameters) and times three ways of averaging them, in place:
 
 The variants take turns for several rounds; a round's time is the slowest rank's mean
 per step, and the table shows the median and best round of each.
+
+``--hosts 2,4`` runs it across hosts instead: it builds namespace hosts whose links are
+shaped to ``--rate`` (tests/cluster/netns-cluster.sh, as benchmarks/cluster_allreduce.py
+does; ``--cluster DIR`` takes hosts built already), starts this script under ``gcurun
+-H h1:P,...`` (P = ``--per-host``) for each host count in turn, ``--repeat`` times, and
+prints every run's line and the medians over the runs: there the link, not this
+machine's memory, decides what a step costs, and the goal is fused <= 1.15 x single in
+every run. ``--json FILE`` keeps every round of every run.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import gcurun.runtime as hvd  # noqa: E402
+from benchmarks import engine_hosts  # noqa: E402
 
 
 def resnet50_shapes() -> list[tuple[int, ...]]:
@@ -122,14 +133,25 @@ def start(backend: str | None) -> None:
     hvd.init()
 
 
-def timed(fn: Callable[[], object], steps: int) -> float:
-    """The slowest rank's mean seconds per step."""
+def engine_batches() -> int:
+    """How many batches (ring passes, gathers, other ops) the job's engine has run."""
+    from gcurun.runtime.frontend.state import current_state
+
+    state = current_state()
+    return 0 if state is None else int(state.engine.executor.stats["batches"])
+
+
+def timed(fn: Callable[[], object], steps: int) -> tuple[float, int]:
+    """The slowest rank's mean seconds per step, and the batches this rank's engine ran
+    meanwhile (synchronous calls on the engine's quick path are not counted)."""
     hvd.barrier()
+    batches = engine_batches()
     began = time.perf_counter()
     for _ in range(steps):
         fn()
     mine = (time.perf_counter() - began) / steps
-    return float(hvd.allreduce(np.array([mine]), op=hvd.Max, name="bench.time")[0])
+    batches = engine_batches() - batches
+    return float(hvd.allreduce(np.array([mine]), op=hvd.Max, name="bench.time")[0]), batches
 
 
 def main(argv: list[str]) -> None:
@@ -137,7 +159,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--backend", choices=("mpi", "tcp"), default=None)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=3, help="steps per round")
+    engine_hosts.add_options(parser)
     args = parser.parse_args(argv)
+    if args.hosts is not None:
+        sys.exit(engine_hosts.main(args))
     start(args.backend)
     rank, size = hvd.rank(), hvd.size()
     grads, flat, views, order, names = gradients(rank)
@@ -160,11 +185,17 @@ def main(argv: list[str]) -> None:
         fn()
         fn()
     times: dict[str, list[float]] = {name: [] for name in variants}
+    batches = {name: 0 for name in variants}    # ring passes (batches) the engine ran
     for _ in range(args.rounds):
         for name, fn in variants.items():
-            times[name].append(timed(fn, args.steps))
+            seconds, ran = timed(fn, args.steps)
+            times[name].append(seconds)
+            batches[name] += ran
     if rank == 0:
         print(table(times, size, len(grads), flat.size))
+        if args.json_out is not None:
+            per_step = {n: b / (args.rounds * args.steps) for n, b in batches.items()}
+            engine_hosts.write_results(args.json_out, times, size, hvd.backend(), per_step)
     hvd.shutdown()
 
 

@@ -29,8 +29,21 @@ def plan_header(plan: LaunchPlan) -> dict[str, Any]:
     }
 
 
-def rank_to_dict(r: RankSpec) -> dict[str, Any]:
-    """One rank as plain data, its full environment (the variables gcurun sets) included."""
+def shared_environment(ranks: Sequence[RankSpec]) -> dict[str, str]:
+    """The variables every rank gets with one value (the job's environment)."""
+    if not ranks:
+        return {}
+    shared = dict(ranks[0].env)
+    for r in ranks[1:]:
+        for name in [n for n, v in shared.items() if r.env.get(n) != v]:
+            del shared[name]
+    return dict(sorted(shared.items()))
+
+
+def rank_to_dict(r: RankSpec, shared: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One rank as plain data with its environment: every variable gcurun sets, less those
+    in ``shared`` (the job-wide ones, given once)."""
+    shared = shared or {}
     return {
         "rank": r.rank, "local_rank": r.local_rank, "local_size": r.local_size,
         "cross_rank": r.cross_rank, "cross_size": r.cross_size,
@@ -39,22 +52,24 @@ def rank_to_dict(r: RankSpec) -> dict[str, Any]:
         "binding": None if r.binding is None else {
             "cpus": list(r.binding.cpus), "numa_node": r.binding.numa_node,
             "mem_bind": r.binding.mem_bind},
-        "env": dict(sorted(r.env.items())),
+        "env": {k: v for k, v in sorted(r.env.items()) if k not in shared},
     }
 
 
 def write_plan_json(plan: LaunchPlan, out: TextIO, extra: Mapping[str, Any]) -> None:
     """What `--dry-run --json` prints: the plan as one JSON object, written as it is made,
     one rank a line, so plans of a hundred thousand ranks stream out instead of being
-    built in memory first."""
+    built in memory first. The variables every rank shares are written once, as ``env``;
+    each rank's ``env`` holds the rest (a rank's environment is the two together)."""
     marker = "\u0000ranks"
-    head = {**plan_header(plan), "ranks": marker, "sources": dict(sorted(plan.sources.items())),
-            **extra}
+    shared = shared_environment(plan.ranks)
+    head = {**plan_header(plan), "env": shared, "ranks": marker,
+            "sources": dict(sorted(plan.sources.items())), **extra}
     before, _, after = json.dumps(head, indent=2).partition(json.dumps(marker))
     out.write(before + "[")
     separator = "\n    "
     for r in plan.ranks:
-        out.write(separator + json.dumps(rank_to_dict(r)))
+        out.write(separator + json.dumps(rank_to_dict(r, shared)))
         separator = ",\n    "
     out.write("\n  ]" + after + "\n")
 

@@ -31,6 +31,7 @@ SETTING_KEYS = {
     "timeline_mark_cycles": "runtime.timeline_mark_cycles",
     "stall_check_warning_seconds": "runtime.stall_check_warning_seconds",
     "stall_check_shutdown_seconds": "runtime.stall_check_shutdown_seconds",
+    "hierarchical_allreduce": "runtime.hierarchical_allreduce",
 }
 
 
@@ -97,7 +98,8 @@ def _options(func):
         click.option("--mpirun", metavar="PATH", help="mpirun to use (default: on PATH)."),
         click.option("--mpi-args", metavar="ARGS", help="Extra mpirun arguments (quoted)."),
         click.option("--network-interface", metavar="NAME|CIDR",
-                     help="Network for MPI traffic: eth0 or 10.0.0.0/24."),
+                     help="Network between hosts (MPI's and the tcp runtime's): eth0 or "
+                          "10.0.0.0/24."),
         # Runtime knobs, passed to every rank
         click.option("--fusion-threshold-mb", type=float, metavar="MB",
                      help="Tensor fusion buffer size (default 64; 0 disables)."),
@@ -131,6 +133,9 @@ def _options(func):
         click.option("--liveness-timeout", type=float, metavar="S",
                      help="Elastic: seconds a silent connection may last before it "
                           "counts as broken (default 10)."),
+        click.option("--hierarchical-allreduce/--no-hierarchical-allreduce", default=None,
+                     help="Two-level allreduce (shared memory in a host, rings across "
+                          "hosts) always / never (default: when faster)."),
         # What to do
         click.option("--dry-run", is_flag=True, help="Print the plan; start nothing."),
         click.option("--json", "as_json", is_flag=True, help="With --dry-run: print JSON."),

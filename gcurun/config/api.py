@@ -59,6 +59,7 @@ class RuntimeSettings:
     stall_check_warning_seconds: float = 60.0
     stall_check_shutdown_seconds: float = 0.0   # 0 disables the shutdown
     timeout_seconds: float = 300.0              # every blocking wait of a rank
+    hierarchical_allreduce: bool | None = None  # two-level allreduce; None = when faster
 
 
 @dataclass(frozen=True)

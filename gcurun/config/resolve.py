@@ -66,6 +66,8 @@ _HOROVOD: dict[str, _Alias] = {
     "runtime.stall_check_shutdown_seconds": _Alias(
         "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
         KEYS_BY_PATH["runtime.stall_check_shutdown_seconds"]),
+    "runtime.hierarchical_allreduce": _Alias(
+        "HOROVOD_HIERARCHICAL_ALLREDUCE", KEYS_BY_PATH["runtime.hierarchical_allreduce"]),
 }
 
 

@@ -173,6 +173,7 @@ KEYS: tuple[Key, ...] = (
     Key("runtime.stall_check_warning_seconds", "float", low=0, high=WEEK_SECONDS),
     Key("runtime.stall_check_shutdown_seconds", "float", low=0, high=WEEK_SECONDS),
     Key("runtime.timeout_seconds", "float", low=0, high=WEEK_SECONDS, above=True),
+    Key("runtime.hierarchical_allreduce", "bool", nullable=True),
 )
 
 KEYS_BY_PATH: dict[str, Key] = {key.path: key for key in KEYS}

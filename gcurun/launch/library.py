@@ -50,8 +50,9 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
 
     ``num_proc`` ranks (``np`` is Horovod's old name; default: every slot of ``hosts`` or
     ``hostfile``, else 1) on ``hosts`` (``a:2,b:2``) or ``hostfile``, over SSH where a
-    host is remote, or under mpirun with ``use_mpi`` (``mpi_args``, ``network_interface``
-    go to mpirun); ``use_gloo`` means gcurun's own launcher and tcp runtime.
+    host is remote, or under mpirun with ``use_mpi`` (``mpi_args`` go to mpirun);
+    ``use_gloo`` means gcurun's own launcher and tcp runtime. ``network_interface`` (a
+    name or CIDR) is the network between hosts, for mpirun and the tcp runtime alike.
     ``start_timeout`` bounds each host's SSH preflight; ``output_filename`` is a
     directory for each rank's log files; ``env`` sets variables on every rank; ``profile``
     is a cluster profile; ``executable`` is the ranks' Python; ``disable_cache`` changes
@@ -98,10 +99,9 @@ def settings_from(given: Mapping[str, Any]) -> dict[str, Any]:
         raise UsageError("gcurun.run: give either hosts or hostfile, not both")
     if given.get("use_gloo") and given.get("use_mpi"):
         raise UsageError("gcurun.run: use_gloo and use_mpi exclude each other; give one")
-    for name in ("mpi_args", "network_interface"):
-        if given.get(name) is not None and not given.get("use_mpi"):
-            raise UsageError(f"gcurun.run: {name} is for mpirun launches; pass use_mpi=True "
-                             "too, or leave it out (gcurun's tcp runtime finds its network)")
+    if given.get("mpi_args") is not None and not given.get("use_mpi"):
+        raise UsageError("gcurun.run: mpi_args is for mpirun launches; pass use_mpi=True "
+                         "too, or leave it out")
     cli: dict[str, Any] = {}
     if num_proc is not None:
         cli["np"] = num_proc
@@ -115,8 +115,8 @@ def settings_from(given: Mapping[str, Any]) -> dict[str, Any]:
         cli["launcher"] = "mpi"
         if given.get("mpi_args") is not None:
             cli["mpi.args"] = tuple(shlex.split(given["mpi_args"]))
-        if given.get("network_interface") is not None:
-            cli["mpi.network_interface"] = given["network_interface"]
+    if given.get("network_interface") is not None:
+        cli["mpi.network_interface"] = given["network_interface"]
     timeout = given.get("start_timeout")
     if timeout is not None:
         if not timeout > 0:

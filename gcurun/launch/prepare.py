@@ -27,6 +27,9 @@ from gcurun.launch.api import LaunchPlan
 if TYPE_CHECKING:
     from gcurun.launch.ssh.preflight import HostSession
 
+# What carries --network-interface to the ranks' tcp runtime.
+NETWORK_INTERFACE_VARIABLE = "GCURUN_NETWORK_INTERFACE"
+
 
 @dataclass
 class PreparedJob:
@@ -80,6 +83,13 @@ def plan_job(command: Sequence[str], settings: Settings, *,
     job_env = {name: environ[name] for name in settings.forward_env if name in environ}
     job_env.update(settings.env)
     job_env.update(runtime_environment(settings.runtime))
+    if settings.mpi.network_interface:
+        from gcurun.launch.mpi.command import parse_network_interface
+
+        # Checked here for every launcher: the tcp runtime offers its ranks' peers only
+        # that network's addresses (mpirun gets it as its own options).
+        parse_network_interface(settings.mpi.network_interface)
+        job_env[NETWORK_INTERFACE_VARIABLE] = settings.mpi.network_interface
     return build_plan(
         hosts, command, np=settings.np, oversubscribe=settings.oversubscribe,
         accelerator=settings.accelerator, device_var=DEVICE_VARIABLES[settings.accelerator],

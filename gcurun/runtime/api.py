@@ -69,6 +69,11 @@ class Transport(Protocol):
     def close(self) -> None:
         """Release connections and threads. Idempotent."""
 
+    # A transport may also offer ``sendrecv_together(exchanges)``: several
+    # ``sendrecv_parts`` at once, ``(sendbufs, dest, recvbufs, source)`` each, no peer in
+    # two of them, all in flight together (tcp and mpi do; the two-level allreduce uses
+    # it where it is there, and takes the exchanges in turn where it is not).
+
 
 class NotInitializedError(CollectiveError, ValueError):
     """A runtime function was called before ``init()`` or after ``shutdown()``."""

@@ -96,6 +96,7 @@ def run(argv: Sequence[str]) -> str:
         passes = [[measure_size(job, pool, n, args.rounds, args.seconds, index)
                    for n in sizes] for index in range(max(1, args.repeat))]
         rows = [best_row([one[i] for one in passes]) for i in range(len(sizes))]
+        _barrier(job)       # every rank is done before any leaves
     finally:
         for close in job.closers:
             close()

@@ -72,6 +72,11 @@ class RuntimeEnv:
     # and how long a silent connection may last before it counts as broken.
     elastic_worker: int | None = None
     liveness_seconds: float = DEFAULT_LIVENESS_SECONDS  # GCURUN_LIVENESS_TIMEOUT_SECONDS
+    # GCURUN_HIERARCHICAL_ALLREDUCE: two-level allreduce always (True), never (False), or
+    # when the layout allows it and it is faster (None)
+    hierarchical_allreduce: bool | None = None
+    # GCURUN_NETWORK_INTERFACE: the tcp backend's network between hosts, a NAME or a CIDR
+    network_interface: str | None = None
 
 
 def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
@@ -108,6 +113,8 @@ HOROVOD_TWINS = {
     "GCURUN_STALL_CHECK_WARNING_SECONDS": "HOROVOD_STALL_CHECK_TIME_SECONDS",
     "GCURUN_STALL_CHECK_SHUTDOWN_SECONDS": "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
     "GCURUN_CACHE_CAPACITY": "HOROVOD_CACHE_CAPACITY",
+    "GCURUN_HIERARCHICAL_ALLREDUCE": "HOROVOD_HIERARCHICAL_ALLREDUCE",
+    "GCURUN_NETWORK_INTERFACE": "HOROVOD_GLOO_IFACE",
 }
 
 
@@ -144,6 +151,9 @@ def _engine_knobs(environ: Mapping[str, str]) -> dict[str, Any]:
         else DEFAULT_CACHE_CAPACITY,
         "timeline_max_mb": _positive(environ, "GCURUN_TIMELINE_MAX_MB",
                                      DEFAULT_TIMELINE_MAX_MB),
+        "hierarchical_allreduce": _tristate(environ,
+                                            _pick(environ, "GCURUN_HIERARCHICAL_ALLREDUCE")),
+        "network_interface": _interface(environ, _pick(environ, "GCURUN_NETWORK_INTERFACE")),
     }
 
 
@@ -267,6 +277,28 @@ def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise UsageError(f"{name}={value!r}: expected 1/0, true/false, yes/no or on/off")
+
+
+def _tristate(environ: Mapping[str, str], name: str) -> bool | None:
+    """A flag that may also be unset (None: decide automatically)."""
+    value = environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return _flag(environ, name, False)
+
+
+def _interface(environ: Mapping[str, str], name: str) -> str | None:
+    """An interface NAME or a CIDR, checked here so that a bad value fails at init."""
+    value = _text(environ, name)
+    if value is None:
+        return None
+    from gcurun.runtime.transport.addresses import parse_interface_choice
+
+    try:
+        parse_interface_choice(value)
+    except ValueError as exc:
+        raise UsageError(f"{name}={value!r}: {exc}") from None
+    return value.strip()
 
 
 def _under_mpi_launcher(environ: Mapping[str, str]) -> bool:

@@ -82,12 +82,20 @@ def test_a_rank_missing_from_the_sum_is_named_by_its_first_wrong_element():
     assert "3 of 3 elements at index 0 mod 3 wrong" in wrong
 
 
+def test_the_default_variants_are_gcurun_and_its_peers():
+    from benchmarks.cluster_allreduce import parse_args
+
+    assert parse_args([]).variants == ["gcurun-tcp", "gcurun-mpi", "mpirun", "gloo"]
+
+
 def test_options_quote_bad_input():
     assert parse_layouts("2x1, 4x1,2x2") == [Layout(2, 1), Layout(4, 1), Layout(2, 2)]
     assert [parse_size(s) for s in ("64K", "64KiB", "256M", "1g", "65536")] == \
         [65536, 65536, 256 << 20, 1 << 30, 65536]
-    with pytest.raises(argparse.ArgumentTypeError, match="layout '1x4': write HOSTSxRANKS"):
-        parse_layouts("2x1,1x4")
+    assert parse_layouts("1x2") == [Layout(1, 2)]      # one host: shared memory only
+    with pytest.raises(argparse.ArgumentTypeError, match="layout '1x1': write HOSTSxRANKS "
+                                                         "with at least 2 ranks"):
+        parse_layouts("2x1,1x1")
     with pytest.raises(argparse.ArgumentTypeError, match="size '100K': sizes are powers"):
         parse_size("100K")
     with pytest.raises(argparse.ArgumentTypeError, match="size '64 kb/s'"):
@@ -113,14 +121,17 @@ def test_a_rank_reporting_a_wrong_result_stops_the_run():
         theirs.close()
 
 
-def result(layout: Layout, cores: int) -> LayoutResult:
-    sizes, variants = [1 << 20, 16 << 20], ["gcurun-tcp", "gcurun-mpi", "mpirun", "gloo"]
+def result(layout: Layout, cores: int, sizes: tuple[int, ...] = (1 << 20, 16 << 20),
+           variants: tuple[str, ...] = ("gcurun-tcp", "gcurun-mpi", "mpirun", "gloo")
+           ) -> LayoutResult:
     rate = 2e9
     ideal = {n: n * 2 * (layout.ranks - 1) / layout.ranks / (rate / 8) for n in sizes}
-    share = {"gcurun-tcp": 0.95, "gcurun-mpi": 0.9, "mpirun": 0.8, "gloo": 0.5}
+    share = {"gcurun-tcp": 0.95, "gcurun-mpi": 0.9, "mpirun": 0.8, "gloo": 0.5,
+             "gcurun-tcp-flat": 0.6, "gcurun-tcp-2level": 0.84}
     cells = {(n, v): Cell(3, [ideal[n] / share[v] * f for f in (1.0, 1.1, 0.95)], 3)
              for n in sizes for v in variants}
-    return LayoutResult(layout, cores, int(rate), sizes, variants, cells)
+    return LayoutResult(layout, cores, int(rate), list(sizes), list(variants), cells,
+                        (1.25, 2.5))
 
 
 def test_the_table_has_a_row_per_size_and_variant_with_ratios_for_gcurun():
@@ -147,3 +158,19 @@ def test_a_layout_with_more_ranks_than_cores_is_called_cpu_bound_without_goals()
         "without a goal" in table
     assert "# goals: none (CPU-bound layout)" in table
     assert "algbw x 1.50" in table
+
+
+def test_two_levels_are_compared_with_the_flat_ring_at_64_mib():
+    table = format_table(result(Layout(2, 2), 2, (16 << 20, 64 << 20),
+                                ("gcurun-tcp-flat", "gcurun-tcp-2level")))
+    rows = [line.split() for line in table.splitlines() if not line.startswith("#")]
+    assert rows[2][:2] == [str(64 << 20), "gcurun-tcp-flat"] and len(rows[2]) == 8
+    assert rows[3][0] == "gcurun-tcp-2level" and float(rows[3][-1]) == pytest.approx(1.4)
+    assert "# goal: gcurun-tcp-2level >= 1.3 x flat's busbw at 64 MiB: 1.40 (met)" in table
+    assert "load average (1 min) of this machine: 1.25 at the start, 2.50 at the end" in table
+
+
+def test_one_host_has_no_goals():
+    table = format_table(result(Layout(1, 2), 2))
+    assert "one host: shared memory only, the link idle; 2 ranks on 2 cores" in table
+    assert "# goals: none (one host)" in table

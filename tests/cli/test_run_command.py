@@ -157,4 +157,30 @@ def test_dry_run_json_lists_every_rank(tmp_path):
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)
     assert [r["rank"] for r in plan["ranks"]] == [0, 1]
-    assert plan["ranks"][1]["env"]["MASTER_PORT"] == "29500"
+    assert plan["env"]["MASTER_PORT"] == "29500"            # shared by every rank, given once
+    assert plan["ranks"][1]["env"]["RANK"] == "1"
+
+
+@pytest.mark.parametrize(("flags", "env"), [
+    ((), {}),
+    (("--hierarchical-allreduce",), {"GCURUN_HIERARCHICAL_ALLREDUCE": "1"}),
+    (("--no-hierarchical-allreduce",), {"GCURUN_HIERARCHICAL_ALLREDUCE": "0"}),
+    (("--network-interface", "10.1.0.7/24"), {"GCURUN_NETWORK_INTERFACE": "10.1.0.7/24"}),
+])
+def test_two_levels_and_the_network_reach_every_rank(flags, env):
+    """Both are runtime knobs: a flag becomes a variable of every rank (no flag: the
+    runtime decides, and offers peers every address)."""
+    res = run_gcurun("--dry-run", "--json", "-H", "localhost:2", *flags, "python", "t.py")
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    for rank in plan["ranks"]:
+        got = {k: v for k, v in {**plan["env"], **rank["env"]}.items()
+               if k in ("GCURUN_HIERARCHICAL_ALLREDUCE", "GCURUN_NETWORK_INTERFACE")}
+        assert got == env
+
+
+def test_a_bad_network_interface_is_refused_before_anything_starts():
+    res = run_gcurun("-H", "localhost:2", "--network-interface", "eth 0", "python", "t.py")
+    assert res.returncode == 2
+    assert res.stderr.startswith("gcurun: error: --network-interface 'eth 0': not an "
+                                 "interface name"), res.stderr

@@ -4,6 +4,7 @@ one of each per test session, torn down whatever happens. Without root, ip, unsh
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from tests.cluster.slurm import SlurmCluster
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = 3
 SLURM_HOSTS = 3
+SHAPED_RATE = "1gbit"
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +36,25 @@ def netns_cluster() -> NetnsCluster:
     # The hosts share this machine's files; PYTHONPATH stands in for gcurun being
     # installed there, as it must be on real hosts.
     cluster = start_cluster(HOSTS, setenv={"PYTHONPATH": str(REPO)})
+    stop_on_signals(cluster.name)
+    try:
+        yield cluster
+    finally:
+        stop_cluster(cluster.name)
+
+
+@pytest.fixture(scope="session")
+def shaped_cluster() -> Iterator[NetnsCluster]:
+    """Two hosts whose links are shaped to SHAPED_RATE, each with a docker0 that leads
+    nowhere and has the same address on both."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    if shutil.which("tc") is None:
+        pytest.skip("'tc' not found; install iproute2")
+    reap_stale_clusters()
+    cluster = start_cluster(2, setenv={"PYTHONPATH": str(REPO)}, rate=SHAPED_RATE,
+                            docker0=True)
     stop_on_signals(cluster.name)
     try:
         yield cluster

@@ -3,39 +3,18 @@ netns-cluster.sh that the cross-host benchmark and the interface tests build on.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.cluster.netns import (
-    NetnsCluster,
-    measure_link_rate,
-    shape_cluster,
-    start_cluster,
-    stop_cluster,
-    unavailable_reason,
-)
-from tests.helpers import RANKS, ROOT, rank_reports, run_gcurun
+from tests.cluster.conftest import SHAPED_RATE
+from tests.cluster.netns import NetnsCluster, measure_link_rate, shape_cluster
+from tests.helpers import RANKS, rank_reports, run_gcurun
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
-RATE, RATE_BITS = "1gbit", 1e9
-
-
-@pytest.fixture(scope="module")
-def shaped_cluster():
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    if shutil.which("tc") is None:
-        pytest.skip("'tc' not found; install iproute2")
-    cluster = start_cluster(2, setenv={"PYTHONPATH": str(ROOT)}, rate=RATE, docker0=True)
-    try:
-        yield cluster
-    finally:
-        stop_cluster(cluster.name)
+RATE, RATE_BITS = SHAPED_RATE, 1e9
 
 
 def qdiscs(cluster: NetnsCluster, index: int) -> tuple[str, str]:

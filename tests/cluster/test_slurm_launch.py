@@ -191,7 +191,7 @@ def test_ctrl_c_cancels_the_step_gracefully_and_leaves_nothing(running, tmp_path
     job.gcurun().send_signal(signal.SIGINT)
     assert job.wait() == 130, "".join(job.out + job.err)
     out, err = "".join(job.out), "".join(job.err)
-    assert "gcurun: gcurun received SIGINT; stopped every rank" in err
+    assert "gcurun: interrupted by SIGINT; stopped every rank" in err
     # The step's tasks were told first (scancel --signal=TERM), not killed outright.
     for rank in range(3):
         assert f"[{rank}] rank {rank} got SIGTERM" in out, out

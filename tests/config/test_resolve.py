@@ -83,6 +83,8 @@ CASES = [
     Case("runtime.stall_check_shutdown_seconds", 1.0, "2", 2.0,
          "GCURUN_STALL_CHECK_SHUTDOWN_SECONDS", "3", 3.0),
     Case("runtime.timeout_seconds", 10.0, "20", 20.0, "GCURUN_TIMEOUT_SECONDS", "30", 30.0),
+    Case("runtime.hierarchical_allreduce", True, "false", False,
+         "GCURUN_HIERARCHICAL_ALLREDUCE", "1", True),
 ]
 IDS = [case.path for case in CASES]
 
@@ -388,6 +390,7 @@ def test_forward_env_is_the_union_in_order():
     ("HOROVOD_TIMELINE_MARK_CYCLES", "1", "runtime.timeline_mark_cycles", True),
     ("HOROVOD_STALL_CHECK_TIME_SECONDS", "30", "runtime.stall_check_warning_seconds", 30.0),
     ("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "90", "runtime.stall_check_shutdown_seconds", 90.0),
+    ("HOROVOD_HIERARCHICAL_ALLREDUCE", "1", "runtime.hierarchical_allreduce", True),
 ])
 def test_horovod_names(variable, text, path, value):
     settings = resolve_settings({}, None, {variable: text})

@@ -51,5 +51,6 @@ def test_secret_and_rendezvous_reach_ranks_off_the_command_line(tmp_path):
 def test_dry_run_never_shows_the_secret():
     res = run_gcurun("--dry-run", "--json", "-np", "2", "python", "x.py")
     assert res.returncode == 0, res.stderr
-    env = json.loads(res.stdout)["ranks"][0]["env"]
+    plan = json.loads(res.stdout)
+    env = {**plan["env"], **plan["ranks"][0]["env"]}
     assert "GCURUN_SECRET" not in env and "GCURUN_RENDEZVOUS" not in env

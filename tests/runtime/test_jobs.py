@@ -61,6 +61,21 @@ def test_topology_follows_the_launchers_hosts() -> None:
         assert f"local={where}" in job.lines(f"rank {rank} of 4 ok")[0]
 
 
+def test_ranks_that_shut_down_together_abort_nothing() -> None:
+    """Every rank shuts down at once: the last cycle's allgather ends on each rank in its
+    own time, and a rank that leaves first closes its links while others still read its
+    last bytes from the shared-memory rings. That is no failure: nobody aborts (it cost
+    a rank a second's wait for an abort, then aborted the job)."""
+    for _ in range(2):
+        job = run_tcp(8, "clean_exit.py", timeout=120)
+        assert job.returncodes == [0] * 8, job.stdout + job.stderr
+        left = job.lines("rank")
+        assert len(left) == 8, job.stdout + job.stderr
+        assert all("called shutdown(), so no collective can run" in line for line in left), \
+            left
+        assert job.aborts == [], job.aborts
+
+
 @pytest.mark.parametrize("ops", ["large", "small"])
 def test_a_dead_peer_makes_the_others_raise_tcp(ops: str) -> None:
     # The timeout is far away: only noticing the death can end the wait in time. Small
@@ -148,7 +163,7 @@ def _wrong_secret(address: tuple[str, int]) -> None:
     with _connect(address) as sock:
         deadline = time.monotonic() + 10
         wire.client_handshake(sock, b"not the job's secret at all", wire.PEER_MAGIC,
-                              PEER_LABEL, deadline, CONNECT_EXTRA.pack(0, 1, 0))
+                              PEER_LABEL, deadline, CONNECT_EXTRA.pack(0, 1, 0, 1))
         _drain(sock)
 
 

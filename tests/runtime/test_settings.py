@@ -65,6 +65,18 @@ def test_knobs() -> None:
     assert (env.fusion_threshold_mb, env.cycle_time_ms, env.timeline) == (0, 5, "/tmp/t.json")
 
 
+def test_two_levels_and_the_network_interface() -> None:
+    assert parse_runtime_env({}).hierarchical_allreduce is None
+    assert parse_runtime_env({"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}).hierarchical_allreduce
+    env = parse_runtime_env({"HOROVOD_HIERARCHICAL_ALLREDUCE": "1",
+                             "GCURUN_HIERARCHICAL_ALLREDUCE": "off"})
+    assert env.hierarchical_allreduce is False      # GCURUN_* wins over its twin
+    assert parse_runtime_env({}).network_interface is None
+    assert parse_runtime_env({"HOROVOD_GLOO_IFACE": "eth1"}).network_interface == "eth1"
+    assert parse_runtime_env({"GCURUN_NETWORK_INTERFACE": " 10.0.0.0/8 ",
+                              "HOROVOD_GLOO_IFACE": "eth1"}).network_interface == "10.0.0.0/8"
+
+
 @pytest.mark.parametrize(("variables", "message"), [
     ({"GCURUN_BACKEND": "gloo"}, "GCURUN_BACKEND='gloo': unknown backend; use one of mpi, "
                                  "tcp, local"),
@@ -76,6 +88,10 @@ def test_knobs() -> None:
     ({"GCURUN_RANK": "-1", "GCURUN_SIZE": "4"}, "GCURUN_RANK='-1': expected an integer >= 0"),
     ({"GCURUN_RENDEZVOUS": "10.0.0.1"}, "GCURUN_RENDEZVOUS='10.0.0.1': expected HOST:PORT"),
     ({"GCURUN_SECRET": "xyz"}, "GCURUN_SECRET is not a hex string of at least 16 bytes"),
+    ({"HOROVOD_HIERARCHICAL_ALLREDUCE": "2"}, "HOROVOD_HIERARCHICAL_ALLREDUCE='2': expected "
+                                              "1/0"),
+    ({"GCURUN_NETWORK_INTERFACE": "eth 0"}, "GCURUN_NETWORK_INTERFACE='eth 0': not an "
+                                            "interface name"),
 ])
 def test_bad_values_are_named(variables: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):

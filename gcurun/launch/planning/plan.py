@@ -9,7 +9,7 @@ from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.locality import locality_test
 from gcurun.launch.api import LauncherName, LaunchPlan, RankSpec
-from gcurun.launch.remote.rank_env import paddle_endpoints, rank_environment
+from gcurun.launch.remote.rank_env import Endpoints, paddle_endpoints, rank_environment
 
 DEFAULT_LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 LOOPBACK = "127.0.0.1"
@@ -128,7 +128,7 @@ def build_plan(
     cross_sizes = [sum(1 for _, n in used if n > lr) for lr in range(max(counts))]
     addresses = [LOOPBACK if all_local else this_host if local[i] else h.name
                  for i, (h, _) in enumerate(used)]
-    endpoints = paddle_endpoints(addresses, [n for _, n in used], master_port)
+    endpoints = Endpoints(paddle_endpoints(addresses, [n for _, n in used], master_port))
     hosts_before = [0] * len(cross_sizes)   # hosts so far that have each local rank
     size = sum(counts)
     ranks: list[RankSpec] = []

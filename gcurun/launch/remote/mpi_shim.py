@@ -52,6 +52,7 @@ from gcurun.launch.remote.rank_env import (
     ANY_ADDRESS,
     GCURUN_PREFIX,
     PADDLE_ENDPOINTS_VARIABLE,
+    Endpoints,
     rank_environment,
     show_address,
 )
@@ -185,10 +186,10 @@ def gres_device(env: Mapping[str, str], local_rank: int) -> str | None:
     return devices[local_rank]
 
 
-def _endpoints(env: Mapping[str, str], size: int) -> list[str] | None:
+def _endpoints(env: Mapping[str, str], size: int) -> Endpoints | None:
     """Paddle's endpoint list as the launcher exported it, when it has one per rank."""
     listed = [e for e in env.get(PADDLE_ENDPOINTS_VARIABLE, "").split(",") if e]
-    return listed if len(listed) == size else None
+    return Endpoints(listed) if len(listed) == size else None
 
 
 @dataclass(frozen=True)

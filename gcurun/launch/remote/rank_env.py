@@ -65,6 +65,24 @@ def paddle_endpoints(hosts: Sequence[str], counts: Sequence[int], port: int) -> 
             for host, count in zip(hosts, counts, strict=True) for local in range(count)]
 
 
+# The kernel refuses to start a program with one environment string (NAME=value) longer
+# than this (MAX_ARG_STRLEN, 32 pages): a longer endpoint list could reach no rank.
+LONGEST_VARIABLE = 131072 - 1
+
+
+class Endpoints:
+    """Paddle's endpoints of a job: each rank's, and the list every rank gets, joined once
+    (a job of N ranks would otherwise join N endpoints N times). ``joined`` is None when
+    the list is longer than the kernel lets one variable be (about 8,000 ranks): such a
+    job's ranks get their own endpoint but no list."""
+
+    def __init__(self, listing: Sequence[str]) -> None:
+        self.listing = listing
+        joined = ",".join(listing)
+        fits = len(PADDLE_ENDPOINTS_VARIABLE) + 1 + len(joined) <= LONGEST_VARIABLE
+        self.joined = joined if fits else None
+
+
 def rank_environment(
     *,
     rank: int,
@@ -80,7 +98,7 @@ def rank_environment(
     device_var: str | None,
     device: str | None,
     node_count: int | None = None,
-    endpoints: Sequence[str] | None = None,
+    endpoints: Endpoints | None = None,
 ) -> dict[str, str]:
     """Every variable that tells one rank who it is: GCURUN_*, their HOROVOD_* twins,
     torch's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/GROUP_RANK/MASTER_ADDR/MASTER_PORT,
@@ -89,7 +107,7 @@ def rank_environment(
     ranks stream their output.
 
     ``node_count`` is the number of hosts of the job (default: ``cross_size``);
-    ``endpoints`` every rank's Paddle endpoint (:func:`paddle_endpoints`), when known.
+    ``endpoints`` every rank's Paddle endpoint (:class:`Endpoints`), when known.
     """
     facts = {
         "RANK": rank,
@@ -126,7 +144,7 @@ def rank_environment(
 
 def framework_environment(*, rank: int, size: int, local_rank: int, local_size: int,
                           node_count: int, master: str, device_var: str | None,
-                          endpoints: Sequence[str] | None) -> dict[str, str]:
+                          endpoints: Endpoints | None) -> dict[str, str]:
     """What ``paddle.distributed.launch`` would set for this rank, and JAX's coordinator.
 
     Paddle: trainer id and count (and their GLOBAL_ twins), local rank and size, hosts,
@@ -148,9 +166,10 @@ def framework_environment(*, rank: int, size: int, local_rank: int, local_size: 
         "PADDLE_MASTER": master,
         "JAX_COORDINATOR_ADDRESS": master,
     }
-    if endpoints is not None and rank < len(endpoints):
-        env[PADDLE_ENDPOINTS_VARIABLE] = ",".join(endpoints)
-        env["PADDLE_CURRENT_ENDPOINT"] = endpoints[rank]
+    if endpoints is not None and rank < len(endpoints.listing):
+        if endpoints.joined is not None:
+            env[PADDLE_ENDPOINTS_VARIABLE] = endpoints.joined
+        env["PADDLE_CURRENT_ENDPOINT"] = endpoints.listing[rank]
     paddle_device = PADDLE_DEVICES.get(device_var or "")
     if paddle_device is None:
         env["PADDLE_DISTRI_BACKEND"] = "gloo"

@@ -21,6 +21,11 @@ import signal
 import time
 
 GUARD_NAME = b"gcurun-rank-guard"
+# Daemons that put every task of a node into the first task's process group: stopping
+# that group when the first task ends would stop its siblings. Slurm's step daemon also
+# tracks and stops every process of its step itself (proctrack), so such ranks need no
+# guard.
+SHARED_GROUP_STARTERS = frozenset({"slurmstepd"})
 _PR_SET_NAME = 15
 POLL_SECONDS = 0.05
 
@@ -30,7 +35,7 @@ def start_rank_guard(grace: float = 3.0) -> int | None:
     returns the guard's pid in the caller, or None when there is none (no pidfds, or this
     process does not lead its own process group, whose stop would reach the daemon)."""
     rank, parent = os.getpid(), os.getppid()
-    if os.getpgid(0) != rank or parent <= 1:
+    if os.getpgid(0) != rank or parent <= 1 or _name_of(parent) in SHARED_GROUP_STARTERS:
         return None
     try:
         watched = [os.pidfd_open(rank), os.pidfd_open(parent)]
@@ -103,6 +108,15 @@ def _signal(pgid: int, signum: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _name_of(pid: int) -> str:
+    """The command name of process ``pid`` ('' when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as comm:
+            return comm.read().strip()
+    except OSError:
+        return ""
 
 
 def _name() -> None:

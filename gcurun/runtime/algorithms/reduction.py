@@ -2,21 +2,26 @@
 
 :meth:`Reducer.allreduce` reduces :class:`Pieces` over every rank: a small single tensor
 is gathered and reduced in rank order (ceil(log2 p) exchanges instead of the ring's
-2(p-1)); two ranks whose halves fit one chunk each take the ring of two written out flat
-(the same two messages as the ring, without its bookkeeping); everything else takes the
-ring. A tensor reduced in place again and again between two ranks has its ring's two
-exchanges prepared (MPI persistent requests), from its second call in a row on.
+2(p-1)); ranks on several hosts with several ranks each may take two levels (shared
+memory inside a host, a ring per local index across hosts: :mod:`.levels`), when its
+mode and cost model say so; two ranks whose halves fit one chunk each take the ring of
+two written out flat (the same two messages as the ring, without its bookkeeping);
+everything else takes the ring. A tensor reduced in place again and again between two
+ranks has its ring's two exchanges prepared (MPI persistent requests), from its second
+call in a row on.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from gcurun.runtime.algorithms.gather import gather_allreduce
+from gcurun.runtime.algorithms.levels import HostLayout, Mode, TwoLevels, use_two_levels
 from gcurun.runtime.algorithms.pieces import Finish, Pieces
 from gcurun.runtime.algorithms.ring import ring_allgather, ring_reduce_scatter
 from gcurun.runtime.algorithms.segments import even_counts, pair_halves, to_segments
@@ -39,6 +44,7 @@ class Scratch:
         self.chunk_bytes = chunk_bytes
         self.size = size
         self._chunks: dict[np.dtype, np.ndarray] = {}
+        self._spares: dict[tuple[np.dtype, int], np.ndarray] = {}
         self._gather: np.ndarray | None = None
 
     def chunk_len(self, dtype: np.dtype) -> int:
@@ -52,6 +58,15 @@ class Scratch:
             chunk = self._chunks[dtype] = aligned_empty(self.chunk_len(dtype), dtype)
         return chunk
 
+    def spare(self, dtype: np.dtype, index: int) -> np.ndarray:
+        """The ``index``-th further receive buffer of one chunk of ``dtype`` (the
+        two-level pipeline's slices in flight need one each), made on first use."""
+        key = (dtype, index)
+        chunk = self._spares.get(key)
+        if chunk is None:
+            chunk = self._spares[key] = aligned_empty(self.chunk_len(dtype), dtype)
+        return chunk
+
     def gather(self) -> np.ndarray:
         """Room for gather_allreduce of up to GATHER_REDUCE_BYTES."""
         if self._gather is None:
@@ -61,11 +76,17 @@ class Scratch:
 
 class Reducer:
     """Runs allreduces over one transport; owns the scratch buffers and the prepared
-    exchanges of the one tensor held (see :meth:`allreduce`)."""
+    exchanges of the one tensor held (see :meth:`allreduce`). ``layout`` (which ranks
+    share a host) and ``two_levels`` (its mode; the same on every rank) decide when the
+    two-level allreduce runs."""
 
-    def __init__(self, transport: Transport, chunk_bytes: int):
+    def __init__(self, transport: Transport, chunk_bytes: int,
+                 layout: HostLayout | None = None, two_levels: Mode = "auto"):
         self.t = transport
         self.scratch = Scratch(chunk_bytes, transport.size)
+        self.layout = layout if layout is not None and layout.two_level else None
+        self.mode: Mode = two_levels
+        self._levels: TwoLevels | None = None
         # The held tensor (the caller's array) and its ring's two prepared exchanges;
         # a weak reference to the last large in-place tensor that ran without them.
         self.held: Any = None
@@ -77,9 +98,11 @@ class Reducer:
         """Every output = ``finish`` of the reduction over all ranks of its input.
 
         ``phase(name, started)`` hears of each part (GATHER_REDUCE, RING_REDUCESCATTER,
-        RING_ALLGATHER). ``key`` (the caller's array, for a single tensor reduced in
-        place) lets two ranks hold the ring's exchanges prepared for that tensor when it
-        comes twice in a row: a fast path, the same messages as without it.
+        RING_ALLGATHER, or the two levels' LOCAL_REDUCESCATTER, CROSS_REDUCESCATTER,
+        CROSS_ALLGATHER, LOCAL_ALLGATHER). ``key`` (the caller's array, for a single
+        tensor reduced in place) lets two ranks hold the ring's exchanges prepared for
+        that tensor when it comes twice in a row: a fast path, the same messages as
+        without it.
         """
         total, t = pieces.total, self.t
         if total == 0:
@@ -105,6 +128,14 @@ class Reducer:
             if t.size == 2 and total <= 2 * self.scratch.chunk_len(src.dtype):
                 self._pair(src, out, ufunc, finish, phase, key)
                 return
+        dtype = pieces.pairs[0][0].dtype
+        if self.layout is not None and use_two_levels(self.mode, self.layout,
+                                                      total * dtype.itemsize):
+            if self._levels is None:
+                self._levels = TwoLevels(t, self.layout)
+            self._levels.allreduce(pieces, ufunc, self.scratch.chunk(dtype), finish, phase,
+                                   partial(self.scratch.spare, dtype))
+            return
         segments = to_segments(even_counts(total, t.size))
         tmp = self.scratch.chunk(pieces.pairs[0][0].dtype)
         if phase is not None:

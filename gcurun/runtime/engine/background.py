@@ -22,6 +22,8 @@ reduction routine.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from gcurun.errors import UsageError
@@ -31,23 +33,29 @@ from gcurun.runtime.engine.cycles import MIB
 from gcurun.runtime.engine.quick_cycle import QuickCycle
 from gcurun.runtime.settings import RuntimeEnv
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 class Engine(QuickCycle):
     """The engine of one rank. Start it with :func:`start_engine`."""
 
 
-def start_engine(transport: Transport, env: RuntimeEnv, chunk_bytes: int,
-                 idle_cycles: bool = True) -> Engine:
-    """Agree on the engine's settings (rank 0's win) and start the engine thread
-    (``idle_cycles``: see :class:`Engine`).
+TWO_LEVEL_MODES: tuple[alg.TwoLevelMode, ...] = ("auto", "on", "off")
 
-    The cache capacity, fusion threshold and chunk size must be the same on every rank
-    (they decide message sizes), so rank 0 broadcasts its own.
+
+def start_engine(transport: Transport, env: RuntimeEnv, chunk_bytes: int,
+                 idle_cycles: bool = True, hosts: Sequence[str] | None = None) -> Engine:
+    """Agree on the engine's settings (rank 0's win) and start the engine thread
+    (``idle_cycles``: see :class:`Engine`). ``hosts``: the host of every rank of
+    ``transport`` (the same list on every rank), for the two-level allreduce.
+
+    The cache capacity, fusion threshold, chunk size and two-level mode must be the same
+    on every rank (they decide message sizes and partners), so rank 0 broadcasts its own.
     """
+    two_levels = {None: "auto", True: "on", False: "off"}[env.hierarchical_allreduce]
     config = np.array([PROTOCOL_VERSION, env.cache_capacity,
-                       int(env.fusion_threshold_mb * MIB), chunk_bytes], np.int64)
+                       int(env.fusion_threshold_mb * MIB), chunk_bytes,
+                       TWO_LEVEL_MODES.index(two_levels)], np.int64)
     if transport.size > 1:
         mine = int(config[0])
         alg.broadcast(transport, config, 0, len(config))
@@ -55,5 +63,12 @@ def start_engine(transport: Transport, env: RuntimeEnv, chunk_bytes: int,
             raise UsageError(f"rank 0 runs engine protocol {int(config[0])}, rank "
                              f"{transport.rank} protocol {mine}: every rank must run the "
                              "same gcurun version")
+    layout = None
+    if hosts is not None:
+        if len(hosts) != transport.size:
+            raise ValueError(f"start_engine: {len(hosts)} host names for "
+                             f"{transport.size} ranks")
+        layout = alg.HostLayout.from_names(hosts)
     return Engine(transport, env, capacity=int(config[1]), threshold_bytes=int(config[2]),
-                  chunk_bytes=int(config[3]), idle_cycles=idle_cycles)
+                  chunk_bytes=int(config[3]), idle_cycles=idle_cycles, layout=layout,
+                  two_levels=TWO_LEVEL_MODES[int(config[4])])

@@ -25,6 +25,7 @@ from gcurun.runtime.transport.prepared import prepared_sendrecv
 
 UNCACHED, SHUTDOWN, JOINED, NEWS = 1, 2, 4, 8
 HEAD_BYTES = 24
+HEAD_WORDS = HEAD_BYTES // 8
 INLINE_BYTES = 128
 BITS_OFFSET = HEAD_BYTES + INLINE_BYTES
 
@@ -61,7 +62,13 @@ class Blocks:
         self._epoch_seen = -1
         self._use_cache = True
         self._joined_at: dict[int, int] = {}
-        self._cycle = 0
+        self.cycles_negotiated = 0  # (quick cycles that finish are not)
+        # Changes whenever what a quick cycle relies on may have: in every negotiated
+        # cycle, and (rank 0) when the stall inspector's turn has come.
+        self.generation = 0
+        # The byte and bit of the slot whose ready bit (and head) a finished quick cycle
+        # left in the block for the next one of its plan, or None (see quick_claim).
+        self.quick_left: tuple[int, int] | None = None
         self.quick_cycles = 0        # synchronous allreduces done in one quick cycle
 
     def _make_exchange(self) -> Callable[[], None]:

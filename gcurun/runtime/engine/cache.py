@@ -20,6 +20,7 @@ class ResponseCache:
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._free = list(range(capacity))
         self.epoch = 0
+        self.newest: str | None = None      # the name used last (touch it: nothing moves)
 
     def get(self, name: str) -> tuple[int, Agreed] | None:
         return self.by_name.get(name)
@@ -39,6 +40,7 @@ class ResponseCache:
         self.by_name[agreed.name] = (slot, agreed)
         self.by_slot[slot] = agreed
         self._recent[agreed.name] = None
+        self.newest = agreed.name
         self.epoch += 1
 
     def evict(self, name: str) -> None:
@@ -46,9 +48,12 @@ class ResponseCache:
         if entry is not None:
             self.by_slot[entry[0]] = None
             del self._recent[name]
+            if name == self.newest:
+                self.newest = None
             heapq.heappush(self._free, entry[0])
             self.epoch += 1
 
     def touch(self, name: str) -> None:
         if name in self._recent:
             self._recent.move_to_end(name)
+            self.newest = name

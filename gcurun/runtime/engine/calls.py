@@ -125,9 +125,7 @@ class Calls(Cycles):
             deadline = time.monotonic() + self.timeout
         if op.state != DONE and self._cycling.acquire(blocking=False):
             try:
-                while op.state != DONE and not self._ended and \
-                        time.monotonic() < deadline:
-                    self._one_cycle()
+                self._drive(op, deadline)
             finally:
                 self._cycling.release()
         grace = True

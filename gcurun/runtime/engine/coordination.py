@@ -52,7 +52,7 @@ class Coordination(Blocks):
         # Rank 0 only: the table of uncached names, and what it must broadcast next.
         self._table: dict[str, _Waiting] = {}
         self._news: dict[str, Any] = {}
-        self._next_check = 0.0
+        self.next_check = 0.0       # rank 0: when the stall inspector looks next
         # Missing ranks of waiting tensors, as the coordinator reported them.
         self.missing: dict[str, tuple[int, ...]] = {}
         self._negotiating: dict[str, set[int]] = {}
@@ -152,7 +152,7 @@ class Coordination(Blocks):
 
     def _update_joins(self, outcome: Outcome) -> None:
         for rank in outcome.joined:
-            self._joined_at.setdefault(rank, self._cycle)
+            self._joined_at.setdefault(rank, self.cycles_negotiated)
         for rank in [r for r in self._joined_at if r not in outcome.joined]:
             del self._joined_at[rank]
         if len(outcome.joined) == self.size:
@@ -184,8 +184,8 @@ class Coordination(Blocks):
         if self.timeline is not None:
             self._mark(ready, pending, now_ns)
         now = time.monotonic()
-        if self.stall is not None and now >= self._next_check:
-            self._next_check = now + CHECK_INTERVAL
+        if self.stall is not None and now >= self.next_check:
+            self.next_check = now + CHECK_INTERVAL
             self._stall_check({name: (op.lower(), frozenset(ranks)) for name, (op, ranks)
                                in ready.items() if len(ranks) < self.size}, now)
 

@@ -6,11 +6,22 @@ drives the cycles itself while the engine thread is idle (see :mod:`.calls`).
 
 Pacing: while ops wait, a cycle starts every ``cycle_time_ms`` (so that ops submitted
 close together are fused); an engine with nothing to do starts its next cycle as soon as
-an op is submitted, or ``IDLE_TICK`` seconds after its last cycle ended, to keep the
-other ranks' cycles going (every cycle is a collective). Counting from the end matters
-after a long cycle (one that ran a large batch): counting from its start would make the
-next idle cycle due at once, and that cycle, begun before the next step's ops arrive,
-would hold this rank one exchange behind when they do.
+an op is submitted, or an idle tick after its last cycle ended, to keep the other ranks'
+cycles going (every cycle is a collective: a rank waiting for an op others have not
+submitted yet exchanges blocks with them until they do, and rank 0's stall inspector
+looks in these cycles). Counting from the end matters after a long cycle (one that ran a
+large batch): counting from its start would make the next idle cycle due at once, and
+that cycle, begun before the next step's ops arrive, would hold this rank one exchange
+behind when they do.
+
+Cycles that move nothing cost CPU and nothing else, so the pace slows the longer no
+cycle has made progress (no op admitted or finished anywhere): by a tenth of that time,
+from ``IDLE_TICK`` up to ``IDLE_TICK_MAX`` between idle cycles, and up to
+``STUCK_TICK_MAX`` between the cycles of a rank whose ops wait for others. An idle job
+and a rank waiting for a slow one thus sleep nearly all the time, and a rank that has
+waited a while takes at most a tenth longer (and at most ``STUCK_TICK_MAX``) to see the
+others come. Progress happens in the same cycle on every rank, so every rank slows
+alike and their idle cycles stay in step.
 """
 
 from __future__ import annotations
@@ -40,6 +51,8 @@ from gcurun.runtime.settings import RuntimeEnv
 log = logging.getLogger("gcurun.runtime.engine")
 
 IDLE_TICK = 0.01
+IDLE_TICK_MAX = 0.1
+STUCK_TICK_MAX = 0.01
 MIB = 1 << 20
 
 
@@ -47,7 +60,8 @@ class Cycles:
     """An engine's state, and the cycles that move it on (the engine thread's side)."""
 
     def __init__(self, transport: Transport, env: RuntimeEnv, *, capacity: int,
-                 threshold_bytes: int, chunk_bytes: int, idle_cycles: bool = True):
+                 threshold_bytes: int, chunk_bytes: int, idle_cycles: bool = True,
+                 layout: alg.HostLayout | None = None, two_levels: alg.TwoLevelMode = "auto"):
         self.t = transport
         self.rank, self.size = transport.rank, transport.size
         self.timeout = env.timeout_seconds
@@ -66,7 +80,8 @@ class Cycles:
                                env.stall_check_shutdown_seconds, report)
         self.controller = Controller(transport, capacity, chunk_bytes, self.timeline, stall)
         self.executor = Executor(transport, chunk_bytes, threshold_bytes, self.timeline,
-                                 huge_pages=env.huge_pages)
+                                 huge_pages=env.huge_pages, layout=layout,
+                                 two_levels=two_levels)
         self._lock = threading.Condition()
         self._incoming: list[Op] = []
         self._handles: dict[int, Handle] = {}
@@ -83,17 +98,42 @@ class Cycles:
         self._cycling = threading.Lock()
         self._last_start = 0.0
         self._last_end = 0.0                        # when the last cycle ended
-        self.cycles = 0
+        self._cycles = 0                            # cycles but finished quick ones
+        self._progress_at = time.monotonic()        # the last cycle that moved anything
+        self._quick_seen = 0                        # quick cycles the engine thread saw
         self._thread = threading.Thread(target=self._run, name="gcurun-engine", daemon=True)
         self._thread.start()
 
-    def _drive(self, op: Op) -> float:
+    @property
+    def cycles(self) -> int:
+        """The cycles this engine ran (quick ones included)."""
+        return self._cycles + self.controller.quick_cycles
+
+    def _drive(self, op: Op, deadline: float | None = None) -> float:
         """Run cycles on the calling thread (holding ``_cycling``) until ``op`` is done,
-        the engine ends or the timeout passes; return the deadline."""
-        deadline = time.monotonic() + self.timeout
-        while op.state != DONE and not self._ended and time.monotonic() < deadline:
+        the engine ends or ``deadline`` (default: the timeout from now) passes; return
+        the deadline. The first cycle starts at once; after one that moved nothing, the
+        next waits as the engine thread's would (see the module docstring)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
+        first = True
+        while op.state != DONE and not self._ended:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if not first and self._progress_at < self._last_start:     # it was stuck
+                resume = self._last_end + self._pause(now, STUCK_TICK_MAX)
+                if resume > now:
+                    time.sleep(min(resume, deadline) - now)
+                    continue
+            first = False
             self._one_cycle()
         return deadline
+
+    def _pause(self, now: float, longest: float) -> float:
+        """How long cycles that move nothing wait: a tenth of the time since the last
+        one that did, at most ``longest``."""
+        return min(longest, (now - self._progress_at) / 10)
 
     # -- the engine thread ----------------------------------------------------------------
 
@@ -102,6 +142,7 @@ class Cycles:
             while self._wait_for_work():
                 with self._cycling:
                     # A caller may have run the cycles while this thread waited.
+                    self._note_quick_cycles()
                     if self._due() <= time.monotonic():
                         self._one_cycle()
         finally:
@@ -136,6 +177,7 @@ class Cycles:
                 now = time.monotonic()
                 if self._ended:
                     return False
+                self._note_quick_cycles()
                 due = self._due()
                 if now >= due:
                     return True
@@ -143,19 +185,36 @@ class Cycles:
 
     def _due(self) -> float:
         """When the next cycle should start: now when asked to stop or when ops arrive at
-        an idle engine; a cycle time after the last one while ops wait; else after
-        ``IDLE_TICK`` from the end of the last one."""
+        an idle engine; a cycle time after the last one while ops wait; else an idle tick
+        after the end of the last one (both slower while nothing moves)."""
         if self._stop_requested or self._ended:
             return 0.0
+        now = time.monotonic()
         if self._pending or self._parked or self._joining is not None:
-            return self._last_start + self.cycle_seconds
+            return self._last_start + max(self.cycle_seconds,
+                                          self._pause(now, STUCK_TICK_MAX))
         if self._incoming:
             return 0.0
-        return max(self._last_start, self._last_end) + self.idle_tick
+        return max(self._last_start, self._last_end) + max(
+            self.idle_tick, self._pause(now, IDLE_TICK_MAX))
+
+    def _note_quick_cycles(self) -> None:
+        """Quick cycles that callers ran since the last look count as a cycle that ended
+        now (a quick cycle does not read the clock: that would add to the latency of a
+        tiny allreduce), so idle cycles keep their distance from a stream of them; and
+        on rank 0, when the stall inspector's turn has come, the next call takes the
+        usual cycle, where it looks."""
+        controller = self.controller
+        quick = controller.quick_cycles
+        if quick != self._quick_seen:
+            self._quick_seen = quick
+            self._last_end = self._progress_at = now = time.monotonic()
+            if controller.stall is not None and now >= controller.next_check:
+                controller.generation += 1
 
     def _cycle(self) -> bool:
         self._last_start = time.monotonic()
-        self.cycles += 1
+        self._cycles += 1
         with self._lock:
             incoming, self._incoming = self._incoming, []
             stop = self._stop_requested
@@ -163,6 +222,8 @@ class Cycles:
             self._unpark()
         for op in incoming:
             self._admit(op)
+        if incoming:
+            self._progress_at = self._last_start
         now_ns = time.monotonic_ns()
         if self.timeline is not None:
             self.timeline.cycle(now_ns)
@@ -174,6 +235,8 @@ class Cycles:
     def _complete(self, to_send: list[tuple[Op, bool]], now_ns: int) -> bool:
         """The rest of a cycle once the blocks are gathered; False: the engine ends."""
         outcome = self.controller.complete(to_send, self._pending, now_ns)
+        if outcome.ready or outcome.errors or outcome.join_done is not None:
+            self._progress_at = time.monotonic()
         self._run_outcome(outcome)
         if self.timeline is not None:
             self.timeline.maybe_flush()
@@ -272,11 +335,14 @@ class Cycles:
                                  None if exception is None else type(exception).__name__)
 
     def _fail(self, exc: CollectiveError, abort: bool) -> None:
+        """Fail every op with ``exc``; with ``abort``, tell every rank of the job why,
+        in words that name the rank at fault first (``exc`` names it: a peer that died
+        or left, one that never came) and this rank as the one that saw it."""
         if abort:
             aborter = getattr(self.t, "abort", None)
             if aborter is not None:
                 try:
-                    aborter(f"rank {self.rank}: {exc}")
+                    aborter(f"{exc} (seen by rank {self.rank})")
                 except Exception:  # best effort: the job is failing anyway
                     pass
         self._fail_all(lambda op: type(exc)(f"{op.title}: {exc}"), str(exc))

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gcurun.runtime import algorithms as alg
-from gcurun.runtime.algorithms import Part, Pieces, Reducer
+from gcurun.runtime.algorithms import HostLayout, Part, Pieces, Reducer, TwoLevelMode
 from gcurun.runtime.api import ReduceOp, Transport
 from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale, scaling_factor
 from gcurun.runtime.engine import fusion
@@ -88,7 +88,8 @@ class Executor:
     """Runs agreed ops over one transport; owns the reusable buffers."""
 
     def __init__(self, transport: Transport, chunk_bytes: int, threshold_bytes: int,
-                 timeline: Timeline | None = None, huge_pages: bool = True):
+                 timeline: Timeline | None = None, huge_pages: bool = True,
+                 layout: HostLayout | None = None, two_levels: TwoLevelMode = "auto"):
         self.t = transport
         self.rank, self.size = transport.rank, transport.size
         self.chunk_bytes = chunk_bytes
@@ -98,7 +99,7 @@ class Executor:
         # Peers read the tensors not copied into the fusion buffer where they lie: give
         # the memory under them huge pages.
         self.pages = HugePages(huge_pages and transport.size > 1)
-        self.reducer = Reducer(transport, chunk_bytes)
+        self.reducer = Reducer(transport, chunk_bytes, layout, two_levels)
         self.scratch = self.reducer.scratch
         # batches run, and ops that ran in a batch of more than one
         self.stats = {"batches": 0, "fused": 0}

@@ -58,7 +58,8 @@ class Controller(QuickNegotiation):
     def begin(self, pending: dict[str, Op], *, shutdown: bool,
               joined: bool) -> list[tuple[Op, bool]]:
         """Write my block for this cycle; return the ops to describe to the coordinator."""
-        self._cycle += 1
+        if self.quick_left is not None:
+            self.clean_quick()
         to_send = self._resolve(pending)
         flags = (UNCACHED if to_send else 0) | (SHUTDOWN if shutdown else 0) | \
             (JOINED if joined else 0) | (NEWS if self._news else 0)
@@ -72,6 +73,8 @@ class Controller(QuickNegotiation):
     def complete(self, to_send: list[tuple[Op, bool]], pending: dict[str, Op],
                  now_ns: int) -> Outcome:
         """What the gathered blocks (and the slow path, when some rank needs it) decide."""
+        self.cycles_negotiated += 1
+        self.generation += 1
         epoch = self.cache.epoch
         heads = [head.tolist() for head in self._heads]
         union, carried = 0, heads[0][2]
@@ -96,7 +99,7 @@ class Controller(QuickNegotiation):
         if union & (UNCACHED | NEWS):
             self._slow_path(to_send, all_flags, outcome)
         if self.timeline is not None or (self.stall is not None
-                                         and time.monotonic() >= self._next_check):
+                                         and time.monotonic() >= self.next_check):
             self._inspect(self.gathered.reshape(self.size, self.width), pending, outcome, now_ns)
         if outcome.joined or self._joined_at:
             self._update_joins(outcome)

@@ -5,14 +5,15 @@ rank's only op, with the same block on the wire as the usual cycle's.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.dtypes import DTYPE_CODES, NO_DTYPE, UFUNCS
-from gcurun.runtime.engine._results import finish_reduction, reduce_views
-from gcurun.runtime.engine.blocks import INLINE_BYTES
+from gcurun.runtime.engine._results import finish_reduction
+from gcurun.runtime.engine.blocks import HEAD_WORDS, INLINE_BYTES
 from gcurun.runtime.engine.coordination import Coordination
 from gcurun.runtime.engine.requests import Agreed, Op, OpKind, match_key
 
@@ -26,7 +27,7 @@ class QuickPlan:
     everywhere."""
 
     __slots__ = ("name", "key", "dtype", "shape", "op", "rop", "ufunc", "postscale", "finish",
-                 "finisher", "views", "mine", "plain", "agreed", "slot")
+                 "finisher", "views", "mine", "plain", "agreed", "slot", "run")
 
     def __init__(self, name: str, key: tuple, tensor: np.ndarray, op: Any, rop: ReduceOp,
                  postscale: float, views: list[np.ndarray] | None, rank: int, size: int):
@@ -47,6 +48,7 @@ class QuickPlan:
         self.plain = views is not None and len(views) == 2 and views[rank].ndim > 0
         self.agreed: Agreed | None = None   # the cached agreement last found to match
         self.slot = -1                      # its cache slot in the last quick exchange
+        self.run: Callable[..., np.ndarray] | None = None   # the engine's quick allreduce
 
 
 class QuickNegotiation(Coordination):
@@ -71,9 +73,11 @@ class QuickNegotiation(Coordination):
         fits): what :meth:`cycle` does, for that case, when the name is cached and this
         rank has no news to give. Returns QUICK_NONE (nothing was exchanged: take the
         usual path), QUICK_DONE (the op is ready everywhere and nothing else is; an inline
-        one's result is :meth:`quick_result`) or QUICK_PENDING (the blocks call for the usual
-        processing: the caller adopts the op at ``plan.slot``, then runs
-        :meth:`complete`)."""
+        one's result is the reduction of ``plan.views``) or QUICK_PENDING (the blocks
+        call for the usual processing: the caller adopts the op at ``plan.slot``, then
+        runs :meth:`complete`)."""
+        if self.quick_left is not None:
+            self.clean_quick()
         cache = self.cache
         entry = cache.by_name.get(plan.name)
         if entry is None or self._news or self._unresolved or not self._use_cache or \
@@ -89,10 +93,9 @@ class QuickNegotiation(Coordination):
             if agreed.key_for(self.rank) != plan.key:
                 return QUICK_NONE      # a conflict: the usual cycle reports it
             plan.agreed = agreed
-        if self.stall is not None and time.monotonic() >= self._next_check:
+        if self.stall is not None and time.monotonic() >= self.next_check:
             return QUICK_NONE
         plan.slot = slot
-        self._cycle += 1
         head, bits = self._head, self._bit_bytes
         mine = plan.mine
         if mine is not None:
@@ -120,16 +123,45 @@ class QuickNegotiation(Coordination):
             self._joined_at.clear()
         return QUICK_DONE
 
-    def quick_result(self, plan: QuickPlan, tensor: np.ndarray, inplace: bool) -> np.ndarray:
-        """The reduction of the inline blocks a successful :meth:`quick_exchange`
-        gathered."""
-        out = reduce_views(plan, tensor, inplace)
-        if plan.finish:
-            finish_reduction(out, plan.rop, self.size, plan.postscale)
-        return out
+    def quick_block(self, plan: QuickPlan) -> tuple[memoryview, list[tuple[memoryview,
+                                                                          memoryview]],
+                                                      Callable[[], None]]:
+        """What a flat quick cycle of ``plan`` exchanges and compares, once
+        :meth:`quick_claim` wrote the plan's head and ready bit into the block: the words
+        of this rank's head that every other rank's must equal for the op to be done
+        everywhere (flags, epoch and, with the data inline, the slot carried), each
+        other rank's same words and ready bits, and the exchange of the blocks."""
+        words = HEAD_WORDS if plan.mine is not None else HEAD_WORDS - 1
+        return (self._head[:words],
+                [(self._heads[r][:words], self._bit_rows[r]) for r in self._others],
+                self._exchange)
+
+    def quick_claim(self, plan: QuickPlan, left: tuple[int, int]) -> None:
+        """Write the head and ready bit of a quick cycle of ``plan`` into the block
+        (``left``: the byte and bit of its slot, which :attr:`quick_left` then holds),
+        after clearing what another plan's left there. They stay for the plan's next
+        quick cycles; any other cycle clears them first (:meth:`clean_quick`). A quick
+        cycle runs with no other op pending, so this rank's other bits are clear."""
+        self.clean_quick()
+        head = self._head
+        head[0] = 0
+        head[1] = self.cache.epoch
+        head[2] = plan.slot + 1 if plan.mine is not None else 0
+        self._bit_bytes[left[0]] = left[1]
+        self.quick_left = left
+
+    def clean_quick(self) -> None:
+        """Clear the head and ready bit a finished flat quick cycle left in the block."""
+        left = self.quick_left
+        if left is not None:
+            self._bit_bytes[left[0]] = 0
+            self._head[2] = 0
+            self.quick_left = None
 
     def adopt(self, op: Op, slot: int, inline: bool) -> None:
-        """``op`` is the one a :meth:`quick_exchange` that returned False negotiated."""
+        """``op`` is the one a quick exchange that came to QUICK_PENDING negotiated: its
+        ready bit is the op's now."""
+        self.quick_left = None
         op.position = slot
         if inline:
             self._inline_op = op

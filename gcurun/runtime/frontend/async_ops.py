@@ -222,10 +222,13 @@ def grouped_reducescatter(tensors: Sequence[Any], name: str | None = None, op: A
 def join(process_set: ProcessSet = global_process_set) -> int:
     """This rank has no more data: until every rank (of the set) has joined, it takes
     part in the others' collectives with neutral data (zeros for sums, the identity for
-    min, max and product, no rows for gathers). Returns the rank that joined last (of
-    the engine: a rank within the set)."""
+    min, max and product, no rows for gathers). Returns the rank that joined last, a
+    rank of the job also on a process set (Horovod's process set records the global
+    rank of its last joiner)."""
     engine = engine_of(process_set, "join")
-    return engine.synchronize(engine.submit([engine.join_op()]))
+    last = engine.synchronize(engine.submit([engine.join_op()]))
+    members = _members(process_set)
+    return last if members is None else members[last]
 
 
 def _members(process_set: ProcessSet) -> list[int] | None:

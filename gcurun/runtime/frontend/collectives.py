@@ -4,7 +4,7 @@ call is an op of the engine, submitted and waited for, or a quick cycle."""
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,10 +33,11 @@ class Collectives:
         self.engine = engine
         self.members = None if members is None else list(members)
         self.rank, self.size = engine.rank, engine.size
-        # By name, how a quick cycle runs the allreduce of the name's latest signature;
-        # by signature, every plan made (None: arguments the usual path reports).
-        self._quick: dict[str, QuickPlan] = {}
+        # By name, the engine's quick allreduce of the name's latest signature; by
+        # signature, every plan made (None: arguments the usual path reports).
+        self._quick: dict[str | None, Callable[..., np.ndarray]] = {}
         self._plans: dict[tuple, QuickPlan | None] = {}
+        self._general = self._allreduce         # bound once: calls of new signatures
 
     def _run(self, op: Op) -> Any:
         return self.engine.run_now(op)
@@ -44,23 +45,27 @@ class Collectives:
     def allreduce(self, tensor: Any, op: Any = ReduceOp.AVERAGE, prescale_factor: float = 1.0,
                   postscale_factor: float = 1.0, name: str | None = None,
                   inplace: bool = False) -> np.ndarray:
-        engine = self.engine
+        # One line: it is part of the latency of tiny allreduces (the repeated call of a
+        # name goes straight to its quick allreduce, which checks the signature).
+        return self._quick.get(name, self._general)(tensor, op, prescale_factor,
+                                                    postscale_factor, name, inplace)
+
+    def _allreduce(self, tensor: Any, op: Any, prescale: float, postscale: float,
+                   name: str | None, inplace: bool) -> np.ndarray:
+        """allreduce of a signature new to the name (or of an unnamed tensor)."""
         auto = name is None
         if auto:
-            name = engine.auto_name("allreduce")
-        # The repeated call, checked by identity (hashing a dtype costs a microsecond).
-        plan = self._quick.get(name)        # type: ignore[arg-type]
-        if plan is None or type(tensor) is not np.ndarray or tensor.dtype is not plan.dtype \
-                or tensor.shape != plan.shape or op is not plan.op or \
-                prescale_factor != 1.0 or postscale_factor != plan.postscale:
-            plan = self._plan(tensor, op, str(name), prescale_factor, postscale_factor)
-        if plan is not None and (tensor.flags.c_contiguous if plan.mine is None else True) \
-                and (not inplace or tensor.flags.writeable):
-            result = engine.allreduce_now(plan, tensor, inplace)
-            if result is not None:
-                return result
-        return self._run(allreduce_op(engine, tensor, op, prescale_factor, postscale_factor,
-                                      name, inplace, auto))
+            name = self.engine.auto_name("allreduce")
+        plan = self._plan(tensor, op, str(name), prescale, postscale)
+        if plan is None or plan.run is None:
+            return self._usual(tensor, op, prescale, postscale, name, inplace, auto)
+        return plan.run(tensor, op, prescale, postscale, name, inplace, auto, True)
+
+    def _usual(self, tensor: Any, op: Any, prescale: float, postscale: float,
+               name: str | None, inplace: bool, auto: bool = False) -> np.ndarray:
+        """allreduce as an op of the engine, submitted and waited for."""
+        return self._run(allreduce_op(self.engine, tensor, op, prescale, postscale, name,
+                                      inplace, auto))
 
     def _plan(self, tensor: Any, op: Any, name: str, prescale: float,
               postscale: float) -> QuickPlan | None:
@@ -76,12 +81,13 @@ class Collectives:
             plan = None
             if not (error or reduce_error(tensor, rop, 1.0, postscale)):
                 plan = self.engine.controller.plan_quick(name, tensor, op, rop, postscale)
+                plan.run = self.engine.quick_allreduce(plan, self._general, self._usual)
             if len(self._plans) >= 4096:
                 self._plans.clear()
                 self._quick.clear()
             self._plans[key] = plan
-        if plan is not None:
-            self._quick[name] = plan        # the name's latest signature takes over
+        if plan is not None and plan.run is not None:
+            self._quick[name] = plan.run        # the name's latest signature takes over
         return plan
 
     def reducescatter(self, tensor: Any, op: Any = ReduceOp.AVERAGE,

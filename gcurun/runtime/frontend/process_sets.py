@@ -161,7 +161,8 @@ def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
         process_set.opened = opened
         try:
             engine = start_engine(opened.transport, _set_env(state.env, set_id),
-                                  state.env.chunk_bytes)
+                                  state.env.chunk_bytes, hosts=None if state.hosts is None
+                                  else [state.hosts[r] for r in ranks])
         except BaseException:
             process_set.close()
             raise

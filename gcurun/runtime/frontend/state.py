@@ -38,6 +38,7 @@ class _State:
     comm: Any = None            # mpi: the job's mpi4py communicator
     # Registered process sets by id (each closes its engine and transport on shutdown).
     sets: dict[int, Any] = field(default_factory=dict)
+    hosts: list[str] | None = None  # every rank's host, in rank order (two-level allreduce)
 
 
 _state: _State | None = None
@@ -194,7 +195,8 @@ def _start_engine(state_: _State) -> _State:
     try:
         if state_.backend == "mpi":
             _check_mpi_threads()
-        state_.engine = start_engine(state_.transport, state_.env, state_.env.chunk_bytes)
+        state_.engine = start_engine(state_.transport, state_.env, state_.env.chunk_bytes,
+                                     hosts=state_.hosts)
     except BaseException:
         state_.opened.close()
         raise
@@ -244,13 +246,14 @@ def _init_tcp(env: RuntimeEnv) -> _State:
                             hostname=hostname(env), generation=_generation,
                             rendezvous=(env.rendezvous, env.secret))
     assert opened.transport is not None
-    layout = derive_rank_layout([str(p.get("host")) for p in opened.peers], facts.rank)
+    hosts = [str(p.get("host")) for p in opened.peers]
+    layout = derive_rank_layout(hosts, facts.rank)
     if facts.local_rank is not None and facts.local_size is not None \
             and facts.cross_rank is not None and facts.cross_size is not None:
         # The launcher's plan is the truth (its hosts may share one kernel in tests).
         layout = RankLayout(facts.rank, facts.size, facts.local_rank, facts.local_size,
                             facts.cross_rank, facts.cross_size, layout.homogeneous)
-    return _State("tcp", opened.transport, layout, env, opened)
+    return _State("tcp", opened.transport, layout, env, opened, hosts=hosts)
 
 
 def _init_mpi(env: RuntimeEnv, comm: Any) -> _State:
@@ -276,4 +279,5 @@ def _init_mpi(env: RuntimeEnv, comm: Any) -> _State:
     layout = RankLayout(transport.rank, transport.size, local_rank_, local_size_,
                         cross_rank_, cross_size_, len(set(sizes)) == 1)
     threads = MPI.Query_thread() == MPI.THREAD_MULTIPLE
-    return _State("mpi", transport, layout, env, opened, threads, comm=comm)
+    hosts = [str(h) for h in comm.allgather(hostname(env))]
+    return _State("mpi", transport, layout, env, opened, threads, comm=comm, hosts=hosts)

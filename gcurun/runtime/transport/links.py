@@ -5,7 +5,8 @@ Each link holds, in order, the sends and the receives queued on it; each entry i
 ``[view, position, then]`` where ``then()`` runs when the entry completes (and may queue
 more). :meth:`Mover.progress` moves everything queued on a set of links, waiting when
 nothing can move: it spins first (a peer usually answers within microseconds, and a
-sleeping rank loses its core on a busy host), yields the CPU after a while, and then
+sleeping rank loses its core on a busy host; the CPU is yielded now and then), for as
+long as the waits before suggest (:mod:`gcurun.runtime.transport._waiting`), and then
 sleeps in poll() until a socket or doorbell wakes it.
 """
 
@@ -19,17 +20,22 @@ from collections.abc import Callable
 from typing import Any
 
 from gcurun.runtime.api import CollectiveTimeout, PeerFailureError
-from gcurun.runtime.transport.shm import NAP_SECONDS, Channel
+from gcurun.runtime.transport._waiting import (
+    YIELD_AFTER_SECONDS,
+    Spin,
+    nap,
+    yield_ran_others,
+)
+from gcurun.runtime.transport.shm import NAP_MAX_SECONDS, Channel
 
-SPIN_SECONDS = 0.005
-YIELD_AFTER_SECONDS = 50e-6
 POLL_IN, POLL_OUT = select.POLLIN, select.POLLOUT
 
 
 class Link:
     """A connection to one peer."""
 
-    __slots__ = ("sock", "peer", "pid", "pull", "pushed", "channel", "sends", "recvs")
+    __slots__ = ("sock", "peer", "pid", "pull", "pushed", "channel", "sends", "recvs",
+                 "hung_up")
 
     def __init__(self, sock: socket.socket, peer: int, pid: int, pull: bool, pushed: bool,
                  channel: Channel | None):
@@ -41,6 +47,9 @@ class Link:
         self.channel = channel      # shared-memory rings, or None: bytes go by the socket
         self.sends: list[list[Any]] = []
         self.recvs: list[list[Any]] = []
+        # The peer closed its end of the doorbell socket: it left, though its last
+        # bytes may still be waiting in the ring.
+        self.hung_up = False
 
     def close(self) -> None:
         self.sock.close()
@@ -56,6 +65,7 @@ class Mover:
         self.timeout = timeout
         self._aborted = aborted
         self._failure = failure
+        self._spin = Spin()
 
     def progress(self, links: list[Link]) -> None:
         """Move every queued send and receive of ``links`` until all are done; raise
@@ -173,18 +183,25 @@ class Mover:
         poll = poller.poll if sockets else _never
         while True:
             if self._ready(links, poll):
+                self._spin.ended(time.monotonic() - last_moved)
                 return
+            for link in links:
+                if link.hung_up and (link.sends or link.recvs):
+                    raise self._closed(link)        # and the ring holds nothing for us
             reason = self._aborted()
             if reason is not None:
                 raise PeerFailureError(reason)
             waited = time.monotonic() - last_moved
             if waited > self.timeout:
                 raise self._timeout(links)
-            if waited > SPIN_SECONDS:
+            if waited > self._spin.seconds:
+                if yield_ran_others():
+                    continue        # a busy host: keep yielding (see _waiting)
                 break
             if waited > YIELD_AFTER_SECONDS:
                 os.sched_yield()
         self._sleep(links, poller, waited)
+        self._spin.ended(time.monotonic() - last_moved)
 
     def _sleep(self, links: list[Link], poller: Any, waited: float) -> None:
         rings = [link for link in links if link.channel is not None
@@ -196,8 +213,9 @@ class Mover:
             if rings and self._ready(links, lambda _: []):
                 return
             left = self.timeout - waited
-            nap = min(left, NAP_SECONDS) if rings else left
-            poller.poll(max(1, int(nap * 1000)))
+            # A doorbell can be lost (see shm): sleep on rings in naps.
+            seconds = min(left, nap(waited, NAP_MAX_SECONDS)) if rings else left
+            poller.poll(max(1, int(seconds * 1000)))
         finally:
             for link in rings:
                 self._set_sleeping(link, False)
@@ -224,10 +242,13 @@ class Mover:
             raise self._broken(link, exc) from None
 
     def _drain_doorbell(self, link: Link) -> None:
+        """Read the doorbells rung meanwhile. The end of the socket is no error yet: a
+        peer that leaves (its collectives done) closes it right after writing its last
+        bytes into the ring, which are read first (see :meth:`_wait`)."""
         try:
-            while True:
+            while not link.hung_up:
                 if not link.sock.recv(4096):
-                    raise self._closed(link)
+                    link.hung_up = True
         except (BlockingIOError, InterruptedError):
             pass
         except OSError as exc:
@@ -236,8 +257,9 @@ class Mover:
     # -- failures ---------------------------------------------------------------------------
 
     def _closed(self, link: Link) -> PeerFailureError:
-        return self._failure(link.peer, "it closed its connection (it exited, failed or was "
-                                        "killed)")
+        return self._failure(link.peer, "it closed its connection while this rank still "
+                                        "waited for it (it left the job: it exited, failed "
+                                        "or was killed)")
 
     def _broken(self, link: Link, exc: OSError) -> PeerFailureError:
         return self._failure(link.peer, f"the connection broke ({exc.strerror or exc})")

@@ -3,8 +3,10 @@
 Only buffer calls (``Send``/``Irecv``/``Isend`` and the persistent ``Send_init``/
 ``Recv_init``) are used, never the lowercase pickling ones. Waits poll ``Test``/``Testall``
 instead of blocking in ``Waitall`` so that a rank that never arrives becomes a
-:class:`CollectiveTimeout` rather than a hang; the poll spins briefly, then yields the
-CPU, then sleeps, so oversubscribed jobs still progress. Only sends that complete eagerly,
+:class:`CollectiveTimeout` rather than a hang; the poll spins (yielding the CPU now and
+then, so oversubscribed jobs still progress), then tests and sleeps, longer and longer
+(:mod:`gcurun.runtime.transport._waiting`): a rank waiting for a slow one costs almost
+no CPU. Only sends that complete eagerly,
 without the peer (up to ``EAGER_BYTES``), are finished by a blocking call.
 """
 
@@ -18,6 +20,12 @@ from typing import Any
 
 from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
 from gcurun.runtime.settings import RankFacts
+from gcurun.runtime.transport._waiting import (
+    YIELD_AFTER_SECONDS,
+    Spin,
+    nap,
+    yield_ran_others,
+)
 
 TAG = 0x6763
 # Messages up to this size complete eagerly in every MPI we know; a blocking Send of one
@@ -25,9 +33,7 @@ TAG = 0x6763
 EAGER_BYTES = 1024
 # MPI counts are C ints: larger messages go in pieces (both sides split the same way).
 PIECE_BYTES = 1 << 30
-SPIN_SECONDS = 50e-6
 FAST_SPINS = 200
-YIELD_SECONDS = 0.01
 
 
 class MPITransport:
@@ -46,6 +52,7 @@ class MPITransport:
         self.size = self.comm.Get_size()
         self.timeout = timeout_seconds
         self._persistent: dict[Callable[[], None], tuple] = {}
+        self._spin = Spin()
 
     def send(self, buf: Buffer, dest: int) -> None:
         self._transfer(buf, dest, None, dest)
@@ -77,6 +84,25 @@ class MPITransport:
         except mpi.Exception as exc:
             raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
                                    f"{source if recvs else dest}: {exc}") from None
+
+    def sendrecv_together(self, exchanges: Sequence[tuple[Sequence[Buffer], int,
+                                                          Sequence[Buffer], int]]) -> None:
+        """Several :meth:`sendrecv_parts` at once, ``(sendbufs, dest, recvbufs, source)``
+        each, no peer in two of them: every message of every one in flight together."""
+        mpi, comm, byte = self._mpi, self.comm, self._byte
+        requests: list = []
+        peers: list[int] = []
+        try:
+            for sendbufs, dest, recvbufs, source in exchanges:
+                recvs, sends = _messages(recvbufs), _messages(sendbufs)
+                requests += [comm.Irecv([buf, byte], source, TAG) for buf in recvs]
+                requests += [comm.Isend([buf, byte], dest, TAG) for buf in sends]
+                peers += [source] * len(recvs) + [dest] * len(sends)
+            if requests and not mpi.Request.Testall(requests):
+                self._wait(requests, peers)
+        except mpi.Exception as exc:
+            raise PeerFailureError(f"MPI failed between rank {self.rank} and ranks "
+                                   f"{sorted(set(peers))}: {exc}") from None
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:
@@ -161,19 +187,19 @@ class MPITransport:
                                    f"{source if recv_bytes else dest}: {exc}") from None
 
     def _wait(self, requests: list, peers: list[int]) -> None:
-        """Poll until done: spin (lowest latency), then yield the CPU to other ranks of an
-        oversubscribed host, then sleep; give up after the timeout. ``peers[i]`` is the
-        rank that ``requests[i]`` waits for."""
-        test_all = self._mpi.Request.Testall
+        """Poll until done: spin (the latency of a peer that keeps up; the CPU yielded
+        now and then), then test and sleep, longer and longer (a slow peer costs almost
+        no CPU), or yield where that runs other threads (see :mod:`._waiting`); give up
+        after the timeout. ``peers[i]`` is the rank that ``requests[i]`` waits for."""
+        test_all, spin = self._mpi.Request.Testall, self._spin
         start = time.monotonic()
         spins = 0
+        sleeping = False
         while not test_all(requests):
             spins += 1
-            if spins & 63:
+            if spins & 63 and not sleeping:
                 continue
             waited = time.monotonic() - start
-            if waited < SPIN_SECONDS:
-                continue
             if waited > self.timeout:
                 stuck = sorted({peer for request, peer in zip(requests, peers, strict=True)
                                 if not request.Test()})
@@ -182,10 +208,14 @@ class MPITransport:
                     f"no progress for {self.timeout:g} s waiting for {names}; it may be "
                     "stuck, or not calling this collective (set GCURUN_TIMEOUT_SECONDS to "
                     "wait longer)")
-            if waited < YIELD_SECONDS:
-                os.sched_yield()
-            else:
-                time.sleep(min(0.001, waited / 20))
+            if not sleeping and waited < spin.seconds:
+                if waited > YIELD_AFTER_SECONDS:
+                    os.sched_yield()
+                continue
+            sleeping = True
+            if not yield_ran_others():
+                time.sleep(nap(waited))
+        spin.ended(time.monotonic() - start)
 
     def close(self) -> None:
         comm, self.comm = self.comm, None

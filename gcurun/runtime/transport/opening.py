@@ -65,10 +65,13 @@ def open_transport(backend: str, env: RuntimeEnv, ranks: Sequence[int], rank: in
     from gcurun.runtime.transport.tcp import TCPTransport
 
     address, secret = rendezvous
+    # The launcher planned every rank of the job on one host: nothing to offer elsewhere.
+    single_host = env.facts is not None and env.facts.local_size == env.facts.size
     transport = TCPTransport(rank=ranks.index(rank), size=len(ranks), generation=generation,
                              hostname=hostname, rendezvous=(str(address[0]), int(address[1])),
                              secret=secret, timeout=env.timeout_seconds, cma=env.cma,
-                             rings=env.rings)
+                             rings=env.rings, interface=env.network_interface,
+                             single_host=single_host)
     opened.closers.insert(0, transport.close)
     try:
         opened.peers = transport.start()

@@ -9,8 +9,8 @@ file tells of a peer's death.
 Correctness rests on x86's total store order: the data is stored before the counter that
 publishes it, and read before the counter that frees it; so the rings are used on x86-64
 only (elsewhere links fall back to the socket). The sleep flags can race with a producer
-(a store-load reorder), so a sleeper never sleeps longer than ``NAP_SECONDS`` at a time:
-a lost doorbell costs a nap, never a hang.
+(a store-load reorder), so a sleeper sleeps in naps, each a twentieth of the time it has
+waited so far and at most ``NAP_MAX_SECONDS``: a lost doorbell costs a nap, never a hang.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 RING_BYTES = 1 << 20
 CONTROL_BYTES = 4096
-NAP_SECONDS = 0.002
+NAP_MAX_SECONDS = 0.02
 # Indices of the control words (8-byte words, each on its own cache line).
 HEAD, TAIL, READER_SLEEPS, WRITER_SLEEPS = 0, 8, 16, 24
 

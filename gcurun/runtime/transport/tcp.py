@@ -30,6 +30,8 @@ from gcurun.runtime.transport._tcp_common import CMA_MIN_BYTES, FAST_READS, MAX_
 from gcurun.runtime.transport.links import Link
 from gcurun.runtime.transport.tcp_connections import Connections
 
+Exchange = tuple[Sequence[Buffer], int, Sequence[Buffer], int]
+
 
 class TCPTransport(Connections):
     """Point-to-point between the ranks of one generation of a ``tcp`` job."""
@@ -58,6 +60,24 @@ class TCPTransport(Connections):
             sendbufs = [np.concatenate([np.frombuffer(memoryview(buf).cast("B"), np.uint8)
                                         for buf in sendbufs])]
         self._transfer(sendbufs, dest, recvbufs, source)
+
+    def sendrecv_together(self, exchanges: Sequence[Exchange]) -> None:
+        """Several :meth:`sendrecv_parts` at once, ``(sendbufs, dest, recvbufs, source)``
+        each, no peer in two of them: their messages are queued on their links and moved
+        together, so that a link to another host and one inside this host (the two-level
+        allreduce's) work at the same time."""
+        links: list[Link] = []
+        for sendbufs, dest, recvbufs, source in exchanges:
+            if len(sendbufs) > MAX_EXTENTS:
+                sendbufs = [np.concatenate([np.frombuffer(memoryview(buf).cast("B"),
+                                                          np.uint8) for buf in sendbufs])]
+            sends = [buf for buf in sendbufs if buf.nbytes]
+            recvs = [buf for buf in recvbufs if buf.nbytes]
+            for link in self._queue(sends, dest, recvs, source, _total(sends), _total(recvs)):
+                if link not in links:
+                    links.append(link)
+        if links:
+            self._mover.progress(links)
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:
@@ -114,6 +134,14 @@ class TCPTransport(Connections):
             swap = self._swaps.get(dest)
             if swap is not None and swap(sends, recvs, recv_bytes):
                 return
+        links = self._queue(sends, dest, recvs, source, send_bytes, recv_bytes)
+        if links:
+            self._mover.progress(links)
+
+    def _queue(self, sends: list[Buffer], dest: int, recvs: list[Buffer], source: int,
+               send_bytes: int, recv_bytes: int) -> list[Link]:
+        """Queue a message of ``sends`` (non-empty buffers, ``send_bytes`` in all) to
+        ``dest`` and the receipt of one from ``source`` into ``recvs``; the links to move."""
         links = []
         if recvs:
             inc = self._link(source)
@@ -131,8 +159,7 @@ class TCPTransport(Connections):
                 out.recvs.append([memoryview(bytearray(1)), 0, None])
             else:
                 out.sends.extend([memoryview(buf).cast("B"), 0, None] for buf in sends)
-        if links:
-            self._mover.progress(links)
+        return links
 
 
 def _total(bufs: list[Buffer]) -> int:

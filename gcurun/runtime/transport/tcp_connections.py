@@ -2,6 +2,11 @@
 (TCP, and an abstract Unix socket for peers of the same host), the authenticated
 handshake of every link (the lower rank of a pair connects, on first use), failures
 and shutdown. :class:`gcurun.runtime.transport.tcp.TCPTransport` moves data over them.
+
+A rank listens on, and offers peers on other hosts, the addresses of
+:mod:`.addresses` (every address that might reach it, or the chosen interface's); a
+connecting rank tries them in turn, each attempt bounded, and names both hosts and
+every address it tried when none leads to the peer.
 """
 
 from __future__ import annotations
@@ -17,10 +22,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gcurun.errors import UsageError
 from gcurun.rendezvous import wire
 from gcurun.rendezvous.client import RendezvousClient
 from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
 from gcurun.runtime.transport import shm
+from gcurun.runtime.transport.addresses import (
+    host_interfaces,
+    offered_addresses,
+    parse_interface_choice,
+    trial_order,
+)
 from gcurun.runtime.transport.cma import CrossMemory
 from gcurun.runtime.transport.links import Link, Mover
 from gcurun.runtime.transport.single_copy import SingleCopy
@@ -28,13 +40,17 @@ from gcurun.runtime.transport.single_copy import SingleCopy
 log = logging.getLogger("gcurun.runtime.tcp")
 
 PEER_LABEL = b"gcurun-peer"
-CONNECT_EXTRA = struct.Struct("<IIB")      # connector's rank, generation, features
+CONNECT_EXTRA = struct.Struct("<IIBI")     # connector's rank, generation, features, and
+                                           # the rank it wants (an address may lead elsewhere)
 ACCEPT_EXTRA = struct.Struct("<IB")        # acceptor's rank, features
 CAN_READ_YOU = 1                           # feature: single-copy reads of the other side
 CAN_SHARE_RINGS = 2                        # feature: shared-memory rings
 SOCKET_BUFFER_BYTES = 4 << 20
 HANDSHAKE_SECONDS = 10.0
 ABORT_GRACE_SECONDS = 1.0
+ATTEMPT_SECONDS = 5.0       # one connection attempt to one address of a peer
+CONNECT_PASSES = 3          # times every address of a peer is tried before giving up
+PASS_PAUSE_SECONDS = 0.5
 
 
 class Connections:
@@ -42,8 +58,16 @@ class Connections:
 
     def __init__(self, *, rank: int, size: int, generation: int, hostname: str,
                  rendezvous: tuple[str, int], secret: bytes, timeout: float, cma: bool,
-                 rings: bool = True):
+                 rings: bool = True, interface: str | None = None,
+                 single_host: bool = False):
+        """``interface`` (a NAME or a CIDR) restricts the addresses offered to peers on
+        other hosts to that network's; ``single_host`` says that every rank is on this
+        host (the launcher planned so), so only the address on the route to the
+        rendezvous is offered."""
         self.rank, self.size = rank, size
+        self.interface = interface
+        self.single_host = single_host
+        self._own: list[str] = []           # every address of this host
         self.generation = generation
         self.hostname = hostname
         self.timeout = timeout
@@ -72,8 +96,9 @@ class Connections:
         local_ip = self._client.connect()
         info: dict[str, Any] = {"rank": self.rank, "host": self.hostname, "pid": os.getpid(),
                                 "cma": self._cma.advertisement()}
-        tcp = self._listen_tcp(local_ip)
-        info["tcp"] = [local_ip, tcp.getsockname()[1]]
+        offered = [[ip, self._listen_tcp(ip).getsockname()[1]] for ip in self._offer(local_ip)]
+        info["tcp"] = offered[0]            # the best: where the launcher reached this rank
+        info["addresses"] = offered
         unix_name = self._listen_unix()
         if unix_name is not None:
             info["unix"] = unix_name.hex()
@@ -86,11 +111,29 @@ class Connections:
             self._ready.notify_all()
         return peers
 
+    def _offer(self, route_ip: str) -> list[str]:
+        """The addresses this rank listens on and offers its peers, best first."""
+        if self.single_host and self.interface is None:
+            return [route_ip]
+        interfaces = host_interfaces()
+        self._own = [a for addrs in interfaces.values() for a in addrs]
+        try:
+            choice = parse_interface_choice(self.interface) if self.interface else None
+            return offered_addresses(route_ip, interfaces, choice)
+        except ValueError as exc:
+            raise UsageError(f"network interface {self.interface}: host {self.hostname}: "
+                             f"{exc}; give a name or CIDR that every host of the job has "
+                             "(--network-interface, GCURUN_NETWORK_INTERFACE)") from None
+
     def _listen_tcp(self, ip: str) -> socket.socket:
         family = socket.AF_INET6 if ":" in ip else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.bind((ip, 0))
-        sock.listen(128)
+        try:
+            sock.bind((ip, 0))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
         self._listeners.append(sock)
         return sock
 
@@ -147,10 +190,13 @@ class Connections:
                 raise wire.WireError("failed authentication (wrong secret, or not a gcurun "
                                      "rank)")
             client_nonce, extra = checked
-            peer, generation, theirs = CONNECT_EXTRA.unpack(extra)
+            peer, generation, theirs, wanted = CONNECT_EXTRA.unpack(extra)
             if generation != self.generation or not 0 <= peer < self.rank:
                 raise wire.WireError(f"claims to be rank {peer} of generation {generation}, "
                                      f"not a lower rank of generation {self.generation}")
+            if wanted != self.rank:
+                raise wire.WireError(f"rank {peer} wanted rank {wanted}, not this one (one "
+                                     "of that rank's addresses leads here too)")
             info = self._peer_info(peer, deadline)
             mine = self._features(info, sock)
             wire.send_all(sock, wire.server_proof(self._secret, PEER_LABEL, server_nonce,
@@ -189,27 +235,72 @@ class Connections:
         deadline = time.monotonic() + self.timeout
         info = self._peer_info(peer, deadline)
         sock = _dial_unix(info.get("unix")) if info.get("host") == self.hostname else None
-        try:
-            if sock is None:
-                host, port = info["tcp"]
-                sock = socket.create_connection((host, port), timeout=self.timeout)
-            mine = self._features(info, sock)
-            server_nonce, client_nonce = wire.client_handshake(
-                sock, self._secret, wire.PEER_MAGIC, PEER_LABEL, deadline,
-                CONNECT_EXTRA.pack(self.rank, self.generation, mine))
-            proof = wire.recv_exact(sock, ACCEPT_EXTRA.size + wire.MAC_BYTES, deadline)
-            extra = wire.check_proof(self._secret, PEER_LABEL, server_nonce, client_nonce,
-                                     proof, ACCEPT_EXTRA.size)
-            if extra is None or ACCEPT_EXTRA.unpack(extra)[0] != peer:
-                raise wire.WireError("its listener did not prove it belongs to this job")
-            theirs = ACCEPT_EXTRA.unpack(extra)[1]
-            channel = None
-            if mine & theirs & CAN_SHARE_RINGS:
-                channel = _send_channel(sock)
-        except (wire.WireError, OSError) as exc:
-            if sock is not None:
+        if sock is not None:
+            try:
+                return self._handshake(peer, info, sock, deadline)
+            except (wire.WireError, OSError) as exc:
                 sock.close()
-            raise self._failure(peer, f"cannot connect to it ({exc})") from None
+                raise self._failure(peer, f"cannot connect to it ({exc})") from None
+        tried: dict[str, str] = {}
+        addresses = self._trial_order(info)
+        for attempt in range(CONNECT_PASSES):
+            if attempt:
+                time.sleep(min(PASS_PAUSE_SECONDS, max(0.0, deadline - time.monotonic())))
+            for host, port in addresses:
+                where = wire.show_address((host, port))
+                left = deadline - time.monotonic()
+                if left <= 0 or self._abort is not None:
+                    break
+                try:
+                    sock = socket.create_connection((host, port),
+                                                    timeout=min(ATTEMPT_SECONDS, left))
+                except OSError as exc:
+                    tried[where] = _reason(exc)
+                    continue
+                try:
+                    return self._handshake(peer, info, sock, min(
+                        deadline, time.monotonic() + HANDSHAKE_SECONDS))
+                except (wire.WireError, OSError) as exc:
+                    sock.close()
+                    tried[where] = _reason(exc)
+        raise self._unreachable(peer, info, tried)
+
+    def _trial_order(self, info: dict) -> list[tuple[str, int]]:
+        """A peer's addresses in the order to try them (see :mod:`.addresses`)."""
+        offered = [(str(a), int(p)) for a, p in info.get("addresses") or [info["tcp"]]]
+        offers = [(str(p.get("host")), [a for a, _ in p.get("addresses") or [p["tcp"]]])
+                  for p in self._peers or []]
+        order = trial_order(str(info.get("host")), [a for a, _ in offered], offers,
+                            self._own)
+        ports = dict(offered)
+        return [(a, ports[a]) for a in order]
+
+    def _unreachable(self, peer: int, info: dict, tried: dict[str, str]) -> PeerFailureError:
+        """The error when no address of ``peer`` led to it."""
+        if self._abort is not None:
+            return PeerFailureError(self._abort)
+        what = "; ".join(f"{where} ({why})" for where, why in tried.items()) or "nothing"
+        return PeerFailureError(
+            f"rank {self.rank} (host {self.hostname}) cannot connect to rank {peer} (host "
+            f"{info.get('host', '?')}): tried {what}. Give the network every host reaches "
+            "with --network-interface NAME|CIDR (GCURUN_NETWORK_INTERFACE)")
+
+    def _handshake(self, peer: int, info: dict, sock: socket.socket, deadline: float) -> Link:
+        """Authenticate a new connection to ``peer`` and adopt it as that peer's link.
+        Raises WireError or OSError (the caller closes ``sock``)."""
+        mine = self._features(info, sock)
+        server_nonce, client_nonce = wire.client_handshake(
+            sock, self._secret, wire.PEER_MAGIC, PEER_LABEL, deadline,
+            CONNECT_EXTRA.pack(self.rank, self.generation, mine, peer))
+        proof = wire.recv_exact(sock, ACCEPT_EXTRA.size + wire.MAC_BYTES, deadline)
+        extra = wire.check_proof(self._secret, PEER_LABEL, server_nonce, client_nonce,
+                                 proof, ACCEPT_EXTRA.size)
+        if extra is None or ACCEPT_EXTRA.unpack(extra)[0] != peer:
+            raise wire.WireError("its listener did not prove it is that rank of this job")
+        theirs = ACCEPT_EXTRA.unpack(extra)[1]
+        channel = None
+        if mine & theirs & CAN_SHARE_RINGS:
+            channel = _send_channel(sock)
         self._adopt(Link(sock, peer, int(info.get("pid", 0)), bool(mine & CAN_READ_YOU),
                          bool(theirs & CAN_READ_YOU), channel))
         return self._links[peer]
@@ -289,6 +380,15 @@ class Connections:
 
     def _is_closing(self) -> bool:
         return self._closing
+
+
+def _reason(exc: BaseException) -> str:
+    """A connection attempt's failure, in a few words."""
+    if isinstance(exc, TimeoutError) or isinstance(exc, socket.timeout):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
 
 
 def _tune(sock: socket.socket) -> None:

@@ -9,6 +9,7 @@ from gcurun.hosts.api import HostSpec
 from gcurun.launch.planning.plan import build_plan
 from gcurun.launch.remote.rank_env import (
     PER_RANK_VARIABLES,
+    Endpoints,
     endpoint_port,
     paddle_endpoints,
     rank_environment,
@@ -25,7 +26,7 @@ def env_of(rank=1, device_var="TOPS_VISIBLE_DEVICES", device="1", **kw):
 def test_paddle_reads_what_its_launcher_would_set():
     endpoints = paddle_endpoints(["a", "b"], [2, 2], 29500)
     assert endpoints == ["a:29501", "a:29502", "b:29501", "b:29502"]
-    env = env_of(rank=3, endpoints=endpoints, node_count=2)
+    env = env_of(rank=3, endpoints=Endpoints(endpoints), node_count=2)
     assert {k: v for k, v in env.items() if k.startswith("PADDLE_")} == {
         "PADDLE_TRAINER_ID": "3", "PADDLE_GLOBAL_RANK": "3", "PADDLE_TRAINERS_NUM": "4",
         "PADDLE_GLOBAL_SIZE": "4", "PADDLE_LOCAL_RANK": "1", "PADDLE_RANK_IN_NODE": "1",
@@ -83,3 +84,15 @@ def test_per_rank_variables_are_those_that_differ_between_ranks():
     names = {n for r in plan.ranks for n in r.env}
     differ = {n for n in names if len({r.env.get(n) for r in plan.ranks}) > 1}
     assert differ - {"TOPS_VISIBLE_DEVICES"} <= PER_RANK_VARIABLES
+
+
+def test_an_endpoint_list_longer_than_the_kernel_allows_is_left_out():
+    """No program starts with one variable over 128 KiB (E2BIG): 10,000 ranks' endpoints
+    would be 170 kB, so such ranks get their own endpoint and no list."""
+    short = Endpoints(paddle_endpoints(["a"], [4], 29500))
+    assert short.joined == "a:29501,a:29502,a:29503,a:29504"
+    long = Endpoints(paddle_endpoints([f"node{i:04}" for i in range(1250)], [8] * 1250, 29500))
+    assert long.joined is None
+    env = env_of(rank=3, size=10000, endpoints=long)
+    assert "PADDLE_TRAINER_ENDPOINTS" not in env
+    assert env["PADDLE_CURRENT_ENDPOINT"] == "node0000:29504"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import queue
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,63 @@ def test_a_quick_cycle_falls_back_when_the_peer_has_other_work() -> None:
     assert results[0] == results[1] == [2.0 * step + 1 for step in range(20)]
 
 
+def test_quick_allreduces_of_names_taking_turns() -> None:
+    """Synchronous allreduces of three names in turn (two tiny, one large), in and out of
+    place, with an async op between rounds: each call's quick cycle first takes the
+    block over from the name before it, and every result is right."""
+    def body(engine: Engine) -> tuple[list[str], int]:
+        comm = Collectives(engine)
+        r, problems = engine.rank, []
+        for step in range(30):
+            for name, shape, dtype in (("a", (2,), np.float32), ("b", (3, 2), np.int64),
+                                       ("c", (1000,), np.float64)):
+                x = np.full(shape, r + step, dtype)
+                got = comm.allreduce(x, ReduceOp.SUM, name=name, inplace=step % 2 == 0)
+                if not np.array_equal(got, np.full(shape, 2 * step + 1, dtype)):
+                    problems.append(f"{name} step {step}: {got!r}")
+            if step % 10 == 5:
+                handle = engine.submit([ops.allreduce_op(engine, np.ones(2), ReduceOp.SUM,
+                                                         1.0, 1.0, "between", False)])
+                if engine.synchronize(handle).tolist() != [2.0, 2.0]:
+                    problems.append(f"between at step {step}")
+        return problems, engine.controller.quick_cycles
+
+    results, _ = run_engines(2, body)
+    for problems, quick in results:
+        assert problems == []
+        assert quick > 60       # most of the 90 calls (the first of each name negotiates)
+
+
+def test_the_stall_inspector_looks_during_a_stream_of_quick_cycles() -> None:
+    """Rank 1 waits for a cached op that rank 0 has not submitted, while both run a
+    stream of synchronous allreduces that rank 0 finishes in quick cycles: rank 0's
+    stall inspector still gets its look, and rank 1 hears who is missing."""
+    def body(engine: Engine) -> tuple[tuple[int, ...] | None, int]:
+        comm = Collectives(engine)
+        r = engine.rank
+        late = np.ones(1000)        # too large to ride in the block
+        comm.allreduce(late, ReduceOp.SUM, name="late")     # cached now
+        held = engine.submit([ops.allreduce_op(engine, late, ReduceOp.SUM, 1.0, 1.0,
+                                               "late", False)]) if r == 1 else None
+        quick, flags = engine.controller.quick_cycles, np.zeros(2)
+        deadline = time.monotonic() + 20
+        while not flags.any():      # both ranks stop after the same call
+            flags[0] = r == 1 and "late" in engine.controller.missing
+            flags[1] = time.monotonic() > deadline
+            comm.allreduce(flags, ReduceOp.MAX, name="flags", inplace=True)
+        missing = engine.controller.missing.get("late")
+        if r == 0:
+            held = engine.submit([ops.allreduce_op(engine, late, ReduceOp.SUM, 1.0, 1.0,
+                                                   "late", False)])
+        assert held is not None
+        assert engine.synchronize(held).tolist() == [2.0] * 1000
+        return missing, engine.controller.quick_cycles - quick
+
+    results, _ = run_engines(2, body, stall_check_warning_seconds=0.2)
+    assert results[1][0] == (0,)
+    assert results[0][1] > 0        # rank 0 took quick cycles meanwhile
+
+
 def test_a_mismatch_on_the_quick_path_fails_everywhere_and_the_engine_goes_on() -> None:
     def body(engine: Engine) -> str:
         comm = Collectives(engine)
@@ -200,14 +258,22 @@ def test_a_shutdown_seen_in_a_quick_cycle_fails_the_op() -> None:
 
 
 class Breaking(QueueTransport):
-    """A transport whose exchanges fail like a lost peer's once ``broken`` is set."""
+    """A transport whose exchanges fail like a lost peer's once ``broken`` is set; it
+    records the job aborts it is asked to send."""
 
     broken = False
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.aborts: list[str] = []
 
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int) -> None:
         if self.broken:
             raise PeerFailureError(f"rank {dest} (host test) lost its connection")
         super().sendrecv(sendbuf, dest, recvbuf, source)
+
+    def abort(self, reason: str) -> None:
+        self.aborts.append(reason)
 
 
 def test_a_transport_failure_in_a_quick_cycle_fails_the_op_and_the_engine(
@@ -236,6 +302,9 @@ def test_a_transport_failure_in_a_quick_cycle_fails_the_op_and_the_engine(
         assert engine.controller.quick_cycles == quick      # it failed in its exchange
         with pytest.raises(PeerFailureError, match="the job failed earlier"):
             comm.allreduce(np.ones(2), ReduceOp.SUM, name="w")
+        # The job's abort names the rank at fault first, then the one that saw it.
+        assert transports[0].aborts == ["rank 1 (host test) lost its connection (seen by "
+                                        "rank 0)"]
     finally:
         transports[1].broken = True
         for each in engines:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 import gcurun.runtime as hvd
+from gcurun.runtime.frontend import state
 
 warned = threading.Event()
 
@@ -62,6 +63,14 @@ def main() -> None:
             (markers / "stopped").touch()
         else:
             wait_file(markers / "stopped")
+            # This rank's engine learns of the shutdown in the same cycle as rank 0's,
+            # but may finish that cycle later: an op submitted before then fails with
+            # the shutdown itself. Wait until this engine has stopped.
+            engine = state.current_state().engine      # type: ignore[union-attr]
+            deadline = time.monotonic() + 30
+            while engine.running:
+                assert time.monotonic() < deadline, "the engine did not stop"
+                time.sleep(0.01)
             try:
                 hvd.allreduce(np.ones(4), name="after")
                 print(f"rank {rank} ran an op after the shutdown", flush=True)

@@ -1,7 +1,7 @@
 """Rank script: process sets on the numpy API (the engine of each set): sync, async,
 grouped (fused on the set's engine), objects, barrier, roots given as ranks of the job,
-a bad root and a mismatch raised on every member, a non-member refused, removal. Prints
-one summary line per rank."""
+a bad root and a mismatch raised on every member, join, a non-member refused, removal.
+Prints one summary line per rank."""
 
 from __future__ import annotations
 
@@ -81,6 +81,12 @@ def main() -> None:
                  for k in range(len(members))])
         got = hvd.allreduce(np.array([1.0]), op=hvd.Sum, name="s.after", process_set=mine)
         tally.ok(got.tolist() == [len(members)], "the set works on after a mismatch")
+    if r == members[-1]:        # the others join first; this allreduce waits for them
+        got = hvd.allreduce(np.array([1.0]), op=hvd.Sum, name="s.joining", process_set=mine)
+        tally.ok(got.tolist() == [1.0], f"the joined members add nothing: {got}")
+    last = hvd.join(process_set=mine)
+    tally.ok(last == members[-1], f"join on a set returns the job's rank that joined last "
+                                  f"({members[-1]}): {last}")
     other = odds if mine is evens else evens
     if other is not None:
         expect(tally, ValueError, lambda: hvd.allreduce(np.ones(1), process_set=other),

@@ -1,0 +1,164 @@
+"""How the transports wait for a peer: a short spin, then sleep (poll on tcp, test and
+sleep on mpi), the spin learned from the waits before."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from gcurun.runtime.transport import _waiting, links, mpi, shm
+from gcurun.runtime.transport._waiting import SPIN_MAX_SECONDS, SPIN_MIN_SECONDS, Spin, nap
+
+LATE = 0.008        # the peer's answer comes this late, in each of the waits below
+WAITS = 6
+
+
+def test_the_spin_follows_the_waits() -> None:
+    spin = Spin()
+    assert spin.seconds == SPIN_MAX_SECONDS
+    spin.ended(0.5)                     # a long wait: spin less
+    assert spin.seconds == SPIN_MAX_SECONDS / 2
+    for _ in range(20):
+        spin.ended(0.5)
+    assert spin.seconds == SPIN_MIN_SECONDS
+    spin.ended(200e-6)                  # a short one: spin long enough to catch it
+    assert spin.seconds == 400e-6
+    spin.ended(10e-6)                   # shorter still: the spin stays
+    assert spin.seconds == 400e-6
+    assert nap(0.0) == _waiting.NAP_MIN_SECONDS
+    assert nap(1e-3) == pytest.approx(50e-6)
+    assert nap(10.0) == _waiting.NAP_MAX_SECONDS
+
+
+class Late:
+    """A request (and mpi4py's Request.Testall over such) done ``LATE`` after made."""
+
+    def __init__(self) -> None:
+        self.done_at = time.monotonic() + LATE
+
+    def Test(self) -> bool:  # noqa: N802 - mpi4py's name
+        return time.monotonic() >= self.done_at
+
+    @staticmethod
+    def Testall(requests: list[Late]) -> bool:  # noqa: N802
+        return all(request.Test() for request in requests)
+
+
+def test_an_mpi_wait_for_a_late_peer_sleeps_after_a_short_spin(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most of each wait is spent asleep (the old wait yielded the CPU in a loop for
+    10 ms, so a peer 8 ms late cost a core all along)."""
+    transport: Any = object.__new__(mpi.MPITransport)
+    transport._mpi = type("FakeMPI", (), {"Request": Late})
+    transport.timeout, transport._spin = 10.0, Spin()
+    slept = _record_sleeps(monkeypatch, mpi.time)
+    monkeypatch.setattr(mpi, "yield_ran_others", lambda: False, raising=False)  # (busy hosts aside)
+    start = time.monotonic()
+    for _ in range(WAITS):
+        transport._wait([Late()], [1])
+    assert sum(slept) > 0.5 * (time.monotonic() - start), slept
+
+
+def test_a_tcp_wait_for_a_late_peer_sleeps_after_a_short_spin(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most of each wait is spent in poll() (the old wait spun for 5 ms first)."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    mover = links.Mover(10.0, lambda: None, lambda peer, what: AssertionError(what))
+    link = links.Link(ours, 1, 0, False, False, None)
+    polled = _record_polls(monkeypatch)
+    monkeypatch.setattr(links, "yield_ran_others", lambda: False, raising=False)
+    try:
+        start = time.monotonic()
+        for _ in range(WAITS):
+            link.recvs.append([memoryview(bytearray(1)), 0, None])
+            answer = threading.Timer(LATE, theirs.send, (b"x",))
+            answer.start()
+            mover.progress([link])
+            answer.join()
+        assert sum(polled) > 0.5 * (time.monotonic() - start), polled
+    finally:
+        ours.close()
+        theirs.close()
+
+
+@pytest.mark.skipif(not shm.available(), reason="shared-memory rings need Linux on x86-64")
+def test_a_peer_that_leaves_right_after_its_last_bytes_is_no_failure() -> None:
+    """A peer writes its last message into the ring, rings the doorbell and closes its
+    socket (its collectives are done: it shuts down) while this rank sleeps waiting for
+    that message. The end of the socket must not hide the bytes before it: the message
+    is read and the exchange completes (it raised 'closed its connection', and in a
+    job's last cycle cost a second's wait for an abort that never came)."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    channel, fd = shm.Channel.create()
+    peer_channel = shm.Channel(fd, creator=False)
+    failures: list[str] = []
+
+    def failure(peer: int, what: str) -> Exception:
+        failures.append(what)
+        return AssertionError(f"rank {peer}: {what}")
+
+    mover = links.Mover(10.0, lambda: None, failure)        # type: ignore[arg-type]
+    link = links.Link(ours, 1, 0, False, False, channel)
+    got = bytearray(5)
+    link.recvs.append([memoryview(got), 0, None])
+
+    def leave() -> None:
+        peer_channel.outgoing.write(memoryview(b"last!"))
+        theirs.send(b"\x07")
+        theirs.close()
+
+    peer = threading.Timer(LATE * 3, leave)     # well after this rank went to sleep
+    peer.start()
+    try:
+        mover.progress([link])
+        assert bytes(got) == b"last!" and failures == []
+        link.recvs.append([memoryview(bytearray(1)), 0, None])     # nothing will come
+        with pytest.raises(AssertionError, match="rank 1: it closed its connection"):
+            mover.progress([link])
+    finally:
+        peer.join()
+        ours.close()
+        peer_channel.close()
+        channel.close()
+
+
+def _record_sleeps(monkeypatch: pytest.MonkeyPatch, time_module: Any) -> list[float]:
+    slept: list[float] = []
+    real = time_module.sleep
+
+    def sleep(seconds: float) -> None:
+        began = time.monotonic()
+        real(seconds)
+        slept.append(time.monotonic() - began)
+
+    monkeypatch.setattr(time_module, "sleep", sleep)
+    return slept
+
+
+def _record_polls(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The time spent in poll() calls that waited (a timeout given)."""
+    polled: list[float] = []
+    real_poll = links.select.poll
+
+    class Poll:
+        def __init__(self) -> None:
+            self._poll = real_poll()
+
+        def register(self, *args: Any) -> None:
+            self._poll.register(*args)
+
+        def poll(self, timeout: int | None = None) -> list:
+            began = time.monotonic()
+            events = self._poll.poll(timeout)
+            if timeout:
+                polled.append(time.monotonic() - began)
+            return events
+
+    monkeypatch.setattr(links.select, "poll", Poll)
+    return polled
