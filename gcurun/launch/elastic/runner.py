@@ -24,6 +24,7 @@ from gcurun.config.api import Settings
 from gcurun.errors import GcurunError, LaunchError
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.api import ExecutorErrorEvent, ExitEvent, OutputEvent, RankGroup
+from gcurun.launch.bootstrap_group import BootstrapGroup
 from gcurun.launch.elastic import driver as d
 from gcurun.launch.elastic.config import DISCOVERY_TIMEOUT, ElasticConfig
 from gcurun.launch.elastic.discovery import DiscoveryError
@@ -258,6 +259,8 @@ class ElasticRunner:
             job.close()
             raise LaunchError(f"host {spec.name}: expected one group of workers, got "
                               f"{len(groups)}")
+        if isinstance(groups[0], BootstrapGroup):
+            groups[0].keep_alive(self.liveness)   # pings; a cut-off host fences itself
         return groups[0]
 
     def _stop_everything(self) -> None:

@@ -20,11 +20,18 @@ command line:
    and starts no more. The end of stdin means the launcher or its connection is gone:
    every rank's group is stopped the same way, so no rank outlives a dead launcher. A
    signal to the bootstrap itself (SIGTERM, SIGINT, SIGHUP) stops them too, after a
-   ``stopped`` frame that tells the launcher why.
+   ``stopped`` frame that tells the launcher why. A cut link delivers no end of stdin:
+   when the job gives ``fence_after`` (seconds), the launcher pings and a bootstrap that
+   has heard nothing for that long (or could write nothing for that long) *fences
+   itself*: it stops every rank the same way and exits, so no rank outlives a host's
+   lost link.
 5. A guard process, forked before the first rank starts, learns each rank's process
    group; if the bootstrap dies without saying it is done (SIGKILL), the guard stops
    those groups, so even the ranks' own children do not outlive it. (The ranks
    themselves get SIGKILL from the kernel when the bootstrap dies: PR_SET_PDEATHSIG.)
+6. When a rank exits, what is left of its process group (forked DataLoader workers,
+   helpers) is killed at once: it would hold the rank's sockets and pipes open, so its
+   peers and the launcher would not see the rank go.
 
 The launcher runs its own host's ranks under a bootstrap too, over pipes.
 
@@ -69,6 +76,7 @@ POLL_SECONDS = 0.05
 # Ranks are started for at most this long before the loop looks at its channel and signals.
 SPAWN_SLICE_SECONDS = 0.02
 GUARD_NAME = b"gcurun-guard"
+FENCED_EXIT_CODE = 3      # the bootstrap's own status after it fenced itself
 _PR_SET_NAME = 15
 
 
@@ -238,18 +246,36 @@ class Bootstrap:
         self.guard: Guard | None = None
         self.messages = MessageReader()
         self.hostname = socket.gethostname()
+        self.fence_after: float | None = None   # seconds of silence that fence this host
+        self.heard_at = clock()                 # the launcher's last message
+        self.fenced = False
+        self.fence_reason = ""
 
     # -- the channel --------------------------------------------------------------------
     def send(self, data: bytes) -> None:
-        """Write to the launcher; once the channel is gone, stop the ranks instead."""
+        """Write to the launcher; once the channel is gone, stop the ranks instead.
+        With ``fence_after``, a write that cannot progress for that long fences the host
+        (a cut link fills every buffer on the way and then blocks forever)."""
         view = memoryview(data)
         while self.channel_open and view:
             try:
                 view = view[os.write(self.stdout_fd, view):]
-            except InterruptedError:
-                continue
+            except (InterruptedError, BlockingIOError):
+                if self.fence_after is not None and not writable(self.stdout_fd,
+                                                                 self.fence_after):
+                    self.fence(f"could write nothing for {self.fence_after:g} s")
             except OSError:
                 self.lose_channel()
+
+    def fence(self, why: str) -> None:
+        """The launcher is unreachable: stop every rank, send nothing more, exit."""
+        if self.fenced:
+            return
+        self.fenced = True
+        # Nothing is written, not even to stderr: the channel is what is stuck.
+        self.fence_reason = why
+        self.channel_open = False
+        self.stop(self.kill_grace)
 
     def lose_channel(self) -> None:
         if self.channel_open:
@@ -284,6 +310,10 @@ class Bootstrap:
                 return False
         self.secrets = job.get("secrets", {})
         self.shared_env = job.get("env", {})
+        if job.get("fence_after") is not None:
+            self.fence_after = float(job["fence_after"])
+            self.heard_at = self.clock()
+            os.set_blocking(self.stdout_fd, False)
         self.take(job)
         return True
 
@@ -381,7 +411,7 @@ class Bootstrap:
             signal_group(r.proc.pid, signal.SIGKILL)
         if self.guard is not None:
             self.guard.done()
-        return 0
+        return FENCED_EXIT_CODE if self.fenced else 0
 
     def on_signal(self, signum: int) -> None:
         """The bootstrap itself was told to stop: say so, then stop every rank."""
@@ -399,6 +429,8 @@ class Bootstrap:
 
     def tick(self) -> None:
         now = self.clock()
+        if self.fence_after is not None and now - self.heard_at > self.fence_after:
+            self.fence(f"heard nothing from the launcher for {self.fence_after:g} s")
         if self.kill_at is not None and now >= self.kill_at and not self.killed:
             self.killed = True
             for r in self.ranks.values():
@@ -422,6 +454,7 @@ class Bootstrap:
                 os.waitpid(info.si_pid, 0)
                 continue
             r.proc.wait()
+            signal_group(r.proc.pid, signal.SIGKILL)   # its forked children go with it
             r.exited_at = self.clock()
             self.running.discard(r)
             self.draining.add(r)
@@ -467,6 +500,7 @@ class Bootstrap:
             self.selector.unregister(self.stdin_fd)
             self.lose_channel()
             return
+        self.heard_at = self.clock()
         self.obey(self.messages.feed(data))
 
     def obey(self, messages: Iterator[dict[str, Any]]) -> None:
@@ -475,6 +509,14 @@ class Bootstrap:
                 self.stop(float(message.get("grace", self.kill_grace)))
             elif message.get("op") == "ranks":
                 self.take(message)
+            # "ping" says only that the launcher is there (heard_at is renewed)
+
+
+def writable(fd: int, seconds: float) -> bool:
+    """Whether ``fd`` can take bytes within ``seconds``."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_WRITE)
+        return bool(sel.select(seconds))
 
 
 def drain(fd: int) -> bytes:
