@@ -18,6 +18,7 @@ transport aborts, ends the generation for the others at once.
 
 from __future__ import annotations
 
+import logging
 import queue
 import socket
 import threading
@@ -27,7 +28,7 @@ from typing import Any
 
 from gcurun.errors import GcurunError
 from gcurun.rendezvous import wire
-from gcurun.rendezvous.server import LABEL, RendezvousServer, _Conn
+from gcurun.rendezvous.server import LABEL, Connection, RendezvousServer
 
 # on_event receives one of:
 #   ("hello", worker)  ("joined", worker, after)  ("lost", worker)
@@ -36,7 +37,8 @@ ServerEvent = tuple
 
 
 class ElasticRendezvousServer(RendezvousServer):
-    """The launcher's side of an elastic job's rendezvous (see the module docstring).
+    """The launcher's side of an elastic job's rendezvous (see the module docstring),
+    built on :class:`RendezvousServer`'s public extension points.
 
     ``liveness`` (seconds) is how long an accepted connection may stay silent, unable
     to deliver, before the kernel reports it broken (:func:`wire.set_liveness`).
@@ -49,8 +51,8 @@ class ElasticRendezvousServer(RendezvousServer):
                          max_pending=1024)
         self._on_event = on_event
         self._liveness = liveness
-        self._worker_conns: dict[int, _Conn] = {}
-        self._conn_worker: dict[_Conn, int] = {}
+        self._worker_conns: dict[int, Connection] = {}
+        self._conn_worker: dict[Connection, int] = {}
         self._joins: dict[int, int] = {}
         self._current = 0
         self._assigned: dict[int, dict[str, Any]] = {}
@@ -64,18 +66,18 @@ class ElasticRendezvousServer(RendezvousServer):
                 removed: Sequence[int] = ()) -> None:
         """Generation ``number``: one dict per rank (worker, rank, size, local_rank,
         local_size, cross_rank, cross_size, sync); ``removed`` workers leave the job."""
-        self._command("publish", (number, [dict(a) for a in assignments], list(removed)))
+        self.post("publish", (number, [dict(a) for a in assignments], list(removed)))
 
     def notify(self, seq: int, bits: int) -> None:
         """Tell every member of the current generation that the hosts changed."""
-        self._command("notify", (seq, bits))
+        self.post("notify", (seq, bits))
 
     def abort_generation(self, number: int, reason: str) -> None:
-        self._command("abort_generation", (number, reason))
+        self.post("abort_generation", (number, reason))
 
     def finish(self, reason: str) -> None:
         """The job is over: every waiting worker is told so."""
-        self._command("finish", reason)
+        self.post("finish", reason)
 
     # -- the serving thread ---------------------------------------------------------------
 
@@ -83,54 +85,38 @@ class ElasticRendezvousServer(RendezvousServer):
         try:
             self._on_event(event)
         except Exception:  # noqa: BLE001 - a callback must not stop the rendezvous
-            import logging
-
             logging.getLogger("gcurun.rendezvous").exception("elastic event callback failed")
 
-    def _run_commands(self, conns: dict[socket.socket, _Conn]) -> bool:
-        try:
-            while self._wake_r.recv(4096):
-                pass
-        except (BlockingIOError, InterruptedError):
-            pass
-        with self._lock:
-            commands, self._commands = self._commands, []
-        for what, arg in commands:
-            if what == "close":
-                return False
-            if what == "abort":
-                self._global_abort = arg
-                for gen in list(self._generations):
-                    self._abort_generation(gen, arg, conns)
-            elif what == "publish":
-                number, assignments, removed = arg
-                self._publish(number, assignments, removed, conns)
-            elif what == "notify":
-                seq, bits = arg
-                for worker in self._assigned:
-                    conn = self._worker_conns.get(worker)
-                    if conn is not None:
-                        self._send(conn, {"op": "hosts_updated", "seq": seq, "update": bits},
-                                   conns)
-            elif what == "abort_generation":
-                number, reason = arg
-                self._abort_generation(number, reason, conns, report=False)
-            elif what == "finish":
-                self._finished = arg
-                for worker in list(self._joins):
-                    self._answer(worker, conns)
-        return True
+    def run_command(self, what: str, arg: Any) -> None:
+        if what == "publish":
+            number, assignments, removed = arg
+            self._publish(number, assignments, removed)
+        elif what == "notify":
+            seq, bits = arg
+            for worker in self._assigned:
+                conn = self._worker_conns.get(worker)
+                if conn is not None:
+                    self.send(conn, {"op": "hosts_updated", "seq": seq, "update": bits})
+        elif what == "abort_generation":
+            number, reason = arg
+            self.abort_members(number, reason, report=False)
+        elif what == "finish":
+            self._finished = arg
+            for worker in list(self._joins):
+                self._answer(worker)
+        else:
+            super().run_command(what, arg)
 
-    def _publish(self, number: int, assignments: list[dict[str, Any]], removed: list[int],
-                 conns: dict[socket.socket, _Conn]) -> None:
+    def _publish(self, number: int, assignments: list[dict[str, Any]],
+                 removed: list[int]) -> None:
         self._current = number
         self._assigned = {int(a["worker"]): a for a in assignments}
         self._by_rank = {int(a["rank"]): int(a["worker"]) for a in assignments}
         self._removed.update(removed)
         for worker in list(self._joins):
-            self._answer(worker, conns)
+            self._answer(worker)
 
-    def _answer(self, worker: int, conns: dict[socket.socket, _Conn]) -> None:
+    def _answer(self, worker: int) -> None:
         """Answer ``worker``'s pending join, if the published state allows."""
         conn = self._worker_conns.get(worker)
         after = self._joins.get(worker)
@@ -146,16 +132,13 @@ class ElasticRendezvousServer(RendezvousServer):
         else:
             return
         del self._joins[worker]
-        self._send(conn, message, conns)
+        self.send(conn, message)
 
-    def _accept(self, listener: socket.socket, conns: dict[socket.socket, _Conn]) -> None:
-        before = set(conns)
-        super()._accept(listener, conns)
+    def accepted(self, sock: socket.socket) -> None:
         if self._liveness:
-            for sock in set(conns) - before:
-                wire.set_liveness(sock, self._liveness)
+            wire.set_liveness(sock, self._liveness)
 
-    def _handle(self, conn: _Conn, message: dict, conns: dict[socket.socket, _Conn]) -> None:
+    def handle(self, conn: Connection, message: dict) -> None:
         op = message["op"]
         if op == "hello":
             worker = int(message["worker"])
@@ -168,70 +151,42 @@ class ElasticRendezvousServer(RendezvousServer):
             after = int(message["after"])
             self._joins[worker] = after
             if worker in self._assigned and after >= self._current:
-                self._abort_generation(self._current, f"worker {worker} (host {conn.host}) "
-                                       f"left generation {after} to re-form", conns,
-                                       report=False)
+                self.abort_members(self._current, f"worker {worker} (host {conn.host}) "
+                                   f"left generation {after} to re-form", report=False)
             self._emit(("joined", worker, after))
-            self._answer(worker, conns)
+            self._answer(worker)
         else:
-            super()._handle(conn, message, conns)
+            super().handle(conn, message)
 
-    def _register(self, conn: _Conn, message: dict, conns: dict[socket.socket, _Conn]) -> None:
-        gen, rank, size = int(message["generation"]), int(message["rank"]), int(message["size"])
-        info = message["info"]
-        if not isinstance(info, dict):
-            raise ValueError("info is not an object")
-        members = self._generations.setdefault(gen, {})
-        problem = None
-        if gen != self._current:
-            problem = (f"generation {gen} is over (the job runs generation "
-                       f"{self._current}); this worker was fenced out")
-        elif size != len(self._assigned) or rank not in self._by_rank:
-            problem = (f"rank {rank} of {size} is not a rank of generation {gen} "
-                       f"({len(self._assigned)} ranks)")
-        elif rank in members:
-            problem = f"rank {rank} registered twice for generation {gen}"
-        if problem:
-            self._send(conn, {"op": "error", "message": problem}, conns)
-            return
-        conn.generation, conn.rank, conn.host = gen, rank, str(info.get("host", "?"))
-        members[rank] = conn
-        with self._lock:
-            self._infos.setdefault(gen, {})[rank] = info
-        reason = self._aborted.get(gen) or self._global_abort
-        if reason is not None:
-            self._send(conn, {"op": "abort", "reason": reason}, conns)
-        elif len(members) == size:
-            infos = self.registered(gen)
-            peers = [infos[r] for r in range(size)]
-            for member in members.values():
-                self._send(member, {"op": "peers", "generation": gen, "peers": peers}, conns)
-            self._emit(("formed", gen))
+    def registration_problem(self, conn: Connection, generation: int, rank: int,
+                             size: int) -> str | None:
+        if generation != self._current:
+            return (f"generation {generation} is over (the job runs generation "
+                    f"{self._current}); this worker was fenced out")
+        if size != len(self._assigned) or rank not in self._by_rank:
+            return (f"rank {rank} of {size} is not a rank of generation {generation} "
+                    f"({len(self._assigned)} ranks)")
+        return None
 
-    def _abort_generation(self, gen: int, reason: str, conns: dict[socket.socket, _Conn],
-                          report: bool = True) -> None:
-        first = gen not in self._aborted
-        self._aborted.setdefault(gen, reason)
-        for member in list(self._generations.get(gen, {}).values()):
-            self._send(member, {"op": "abort", "generation": gen, "reason": reason}, conns)
-        if first and report:
-            self._emit(("aborted", gen, reason))
+    def formed(self, generation: int) -> None:
+        self._emit(("formed", generation))
 
-    def _lost(self, conn: _Conn, conns: dict[socket.socket, _Conn]) -> None:
+    def aborted(self, generation: int, reason: str) -> None:
+        self._emit(("aborted", generation, reason))
+
+    def connection_lost(self, conn: Connection) -> None:
         worker = self._conn_worker.pop(conn, None)
-        if worker is None:
-            super()._lost(conn, conns)
+        if worker is None:      # a connection of a generation's transport
+            super().connection_lost(conn)
             return
-        self._drop(conn, conns, quiet=True)
         if self._worker_conns.get(worker) is conn:
             del self._worker_conns[worker]
         self._joins.pop(worker, None)
         if not conn.said_bye:
             if worker in self._assigned:
-                self._abort_generation(self._current, f"worker {worker} (host {conn.host}) "
-                                       "lost its connection to the rendezvous without "
-                                       "shutting down; the process probably died", conns,
-                                       report=False)
+                self.abort_members(self._current, f"worker {worker} (host {conn.host}) "
+                                   "lost its connection to the rendezvous without "
+                                   "shutting down; the process probably died", report=False)
             self._emit(("lost", worker))
 
 
