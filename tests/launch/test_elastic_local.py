@@ -112,3 +112,17 @@ def test_a_discovered_host_joins_and_the_size_grows(tmp_path):
     gens = [e for e in log if e["event"] == "generation"]
     assert [(g["size"], g["hosts"]) for g in gens] == [
         (2, "localhost:1,127.0.0.1:1"), (3, "localhost:1,127.0.0.1:1,127.0.0.2:1")]
+
+
+def test_thirty_resets_in_one_process_leak_no_descriptors_or_threads():
+    done = run_gcurun("--min-np", "2", "-H", "localhost:1,127.0.0.1:1",
+                      sys.executable, str(ROOT / "tests" / "ranks" / "elastic_resets.py"),
+                      "30", timeout=300)
+    assert done.returncode == 0, done.stderr
+    reports = lines(done.stdout)
+    assert len(reports) == 2
+    for report in reports:
+        held = report["held"]
+        assert len(held) == 30
+        # after the first reset every later one holds exactly as much
+        assert {tuple(h) for h in held[1:]} == {tuple(held[0])}, held
