@@ -15,7 +15,7 @@ Extension points for a server of another membership (the elastic one,
 serving thread: :meth:`RendezvousServer.registration_problem` (why a registration is
 refused), :meth:`RendezvousServer.formed` (every rank of a generation registered) and
 :meth:`RendezvousServer.aborted` (a generation aborted, the first time); with the
-services :meth:`RendezvousServer.abort_members` and :meth:`RendezvousServer.members`.
+service :meth:`RendezvousServer.abort_members`.
 """
 
 from __future__ import annotations
@@ -108,10 +108,6 @@ class RendezvousServer(FrameServer):
                 log.exception("rendezvous on_abort callback failed")
 
     # -- services for them (serving thread) -----------------------------------------------
-
-    def members(self, generation: int) -> dict[int, Connection]:
-        """Rank -> connection of the ranks registered for ``generation``."""
-        return dict(self._generations.get(generation, {}))
 
     def abort_members(self, generation: int, reason: str, *, report: bool = True) -> None:
         """Tell every registered rank of ``generation`` that it aborted (``reason``);

@@ -249,7 +249,6 @@ class Bootstrap:
         self.fence_after: float | None = None   # seconds of silence that fence this host
         self.heard_at = clock()                 # the launcher's last message
         self.fenced = False
-        self.fence_reason = ""
 
     # -- the channel --------------------------------------------------------------------
     def send(self, data: bytes) -> None:
@@ -263,17 +262,16 @@ class Bootstrap:
             except (InterruptedError, BlockingIOError):
                 if self.fence_after is not None and not writable(self.stdout_fd,
                                                                  self.fence_after):
-                    self.fence(f"could write nothing for {self.fence_after:g} s")
+                    self.fence()   # could write nothing for fence_after seconds
             except OSError:
                 self.lose_channel()
 
-    def fence(self, why: str) -> None:
-        """The launcher is unreachable: stop every rank, send nothing more, exit."""
+    def fence(self) -> None:
+        """The launcher is unreachable: stop every rank, send nothing more, exit.
+        Nothing is written, not even to stderr: the channel is what is stuck."""
         if self.fenced:
             return
         self.fenced = True
-        # Nothing is written, not even to stderr: the channel is what is stuck.
-        self.fence_reason = why
         self.channel_open = False
         self.stop(self.kill_grace)
 
@@ -430,7 +428,7 @@ class Bootstrap:
     def tick(self) -> None:
         now = self.clock()
         if self.fence_after is not None and now - self.heard_at > self.fence_after:
-            self.fence(f"heard nothing from the launcher for {self.fence_after:g} s")
+            self.fence()   # heard nothing from the launcher for fence_after seconds
         if self.kill_at is not None and now >= self.kill_at and not self.killed:
             self.killed = True
             for r in self.ranks.values():
