@@ -42,6 +42,7 @@ from gcurun.runtime.frontend.process_sets import (
     ProcessSet,
     add_process_set,
     global_process_set,
+    process_sets,
     remove_process_set,
 )
 from gcurun.runtime.frontend.state import (
@@ -81,6 +82,7 @@ from gcurun.runtime.frontend.sync_ops import (
     broadcast_object,
     reducescatter,
 )
+from gcurun.runtime.frontend.timelines import start_timeline, stop_timeline
 
 __all__ = [
     "Adasum", "ArgumentError", "Average", "CollectiveError", "CollectiveTimeout",
@@ -94,6 +96,7 @@ __all__ = [
     "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter",
     "grouped_reducescatter_async", "init", "is_homogeneous", "is_initialized", "join",
     "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
-    "nccl_built", "poll", "rank", "reducescatter", "reducescatter_async",
-    "remove_process_set", "shutdown", "size", "synchronize",
+    "nccl_built", "poll", "process_sets", "rank", "reducescatter", "reducescatter_async",
+    "remove_process_set", "shutdown", "size", "start_timeline", "stop_timeline",
+    "synchronize",
 ]

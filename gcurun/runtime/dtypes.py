@@ -90,23 +90,42 @@ def check_reduce(op: ReduceOp, dtype: np.dtype, scaled: bool) -> None:
                          "reduce the real and imaginary parts separately")
 
 
-def scaling_factor(dtype: np.dtype, factor: float) -> Any:
-    """``factor`` as the scalar that scales ``dtype`` the way Horovod does: integers in
-    float64 math (truncated back), float16 in float32 math (a Python float would be
-    rounded to float16 first), other dtypes in their own."""
-    return np.float32(factor) if dtype == np.float16 else factor
-
-
 def scale(arr: np.ndarray, factor: float) -> None:
-    """Multiply ``arr`` in place (see :func:`scaling_factor` for the arithmetic)."""
+    """Multiply ``arr`` in place by ``factor`` (see :func:`scale_into`)."""
     if factor != 1.0:
-        np.multiply(arr, scaling_factor(arr.dtype, factor), out=arr, casting="unsafe")
+        scale_into(arr, factor, arr)
+
+
+_HALF_MATH = np.dtype(np.float32)
+
+
+def scale_into(src: np.ndarray, factor: float, out: np.ndarray) -> None:
+    """``out = src * factor``, as Horovod scales on a CPU: float16 computes in float32
+    (numpy alone would round the factor to half precision first), integer dtypes in
+    float64, truncating toward zero; other dtypes in their own precision."""
+    if src.dtype.kind == "f" and src.dtype.itemsize == 2:
+        np.multiply(src, np.float32(factor), out=out, dtype=_HALF_MATH, casting="unsafe")
+    else:
+        np.multiply(src, factor, out=out, casting="unsafe")
 
 
 def average(arr: np.ndarray, size: int, postscale: float) -> None:
-    """Turn a sum into an average in place (integer dtypes: floor division)."""
+    """Turn a sum into an average in place. Integer dtypes divide exactly, rounding
+    toward zero as Horovod does (-3 / 2 is -1), then apply ``postscale``. Floating
+    dtypes get the correctly rounded quotient, ``sum / size``: what a reference computed
+    with a division (a test, ``torch.mean``) gets. Multiplying by ``1 / size`` gives the
+    same bits when ``size`` is a power of two, and costs a third of a division, so that
+    is what runs then; for other sizes ``x * (1 / 3)`` is one unit in the last place off
+    ``x / 3`` for some ``x``. With a ``postscale`` the factor is ``postscale / size``, one
+    rounding, as in Horovod."""
     if arr.dtype.kind in "iu":
+        if arr.dtype.kind == "i":
+            # The remainder taken away first, the division is exact, so floor division
+            # gives the quotient rounded toward zero.
+            np.subtract(arr, np.fmod(arr, size), out=arr)
         np.floor_divide(arr, size, out=arr)
         scale(arr, postscale)
-    else:
+    elif postscale != 1.0 or size & (size - 1) == 0:
         scale(arr, postscale / size)
+    else:
+        np.divide(arr, size, out=arr, casting="unsafe")

@@ -141,7 +141,7 @@ def _engine_knobs(environ: Mapping[str, str]) -> dict[str, Any]:
     return {
         "fusion_threshold_mb": threshold,
         "cycle_time_ms": _positive(environ, _pick(environ, "GCURUN_CYCLE_TIME_MS"), 1.0),
-        "timeline": _text(environ, _pick(environ, "GCURUN_TIMELINE")),
+        "timeline": _timeline(environ, _pick(environ, "GCURUN_TIMELINE")),
         "timeline_mark_cycles": _flag(environ, _pick(environ, "GCURUN_TIMELINE_MARK_CYCLES"),
                                       False),
         "stall_check_warning_seconds": warning,
@@ -175,6 +175,16 @@ def parse_address(text: str, what: str = "GCURUN_RENDEZVOUS") -> tuple[str, int]
 def _text(environ: Mapping[str, str], name: str) -> str | None:
     value = environ.get(name)
     return value if value else None
+
+
+# Horovod's value for "no file at start: the script calls start_timeline()". gcurun's
+# start_timeline() works whatever the variable says, so it means no timeline here.
+DYNAMIC_TIMELINE = "DYNAMIC"
+
+
+def _timeline(environ: Mapping[str, str], name: str) -> str | None:
+    value = _text(environ, name)
+    return None if value == DYNAMIC_TIMELINE else value
 
 
 def _backend(value: str | None) -> BackendName | None:

@@ -85,7 +85,7 @@ def test_dry_run_with_preflight_shows_remote_bindings_and_leaves_no_bootstrap(ne
     assert [(row[0], row[1], row[-1]) for row in rows] == [
         ("0", "localhost", "0"), ("1", "h1", "0"), ("2", "h2", "0")]
     plan = json.loads(run_gcurun(*args, "--json", "python3", "x.py").stdout)
-    assert [(r["host"], r["binding"]["cpus"], r["env"]["OMP_NUM_THREADS"])
+    assert [(r["host"], r["binding"]["cpus"], {**plan["env"], **r["env"]}["OMP_NUM_THREADS"])
             for r in plan["ranks"]] == [("localhost", [0], "1"), ("h1", [0], "1"),
                                         ("h2", [0], "1")]
     assert bootstraps(netns_cluster) == []

@@ -11,7 +11,6 @@ import pytest
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
                                          "(pip install tensorflow-cpu)")
 
-from gcurun.runtime.tensorflow.process_sets import SUPPORTED  # noqa: E402
 from tests.runtime.jobs import MPIRUN, run_job  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.tensorflow]
@@ -51,8 +50,6 @@ def test_keras_fit_matches_one_rank_on_the_full_batch(backend: str, size: int,
                     timeout=300), size)
 
 
-@pytest.mark.skipif(not SUPPORTED, reason="process sets arrive with the runtime's "
-                                          "gcurun.runtime.add_process_set")
 @pytest.mark.parametrize(("backend", "size"), [
     pytest.param("tcp", 3, id="tcp-3"),
     pytest.param("mpi", 3, id="mpi-3", marks=[pytest.mark.mpi, needs_mpi]),

@@ -23,7 +23,6 @@ from gcurun.runtime.tensorflow.errors import (  # noqa: E402
     status_check,
     tf_error,
 )
-from gcurun.runtime.tensorflow.process_sets import SUPPORTED, ProcessSet  # noqa: E402
 from gcurun.runtime.tensorflow.tensors import host_array, narrow  # noqa: E402
 
 pytestmark = pytest.mark.tensorflow
@@ -111,12 +110,6 @@ def test_indexed_slices_refuse_ops_a_gather_cannot_do(alone: None) -> None:
             hvd.allreduce(slices, op=op)
     with pytest.raises(NotImplementedError, match="prescale_factor"):
         hvd.allreduce(slices, op=hvd.Sum, prescale_factor=2.0)
-
-
-@pytest.mark.skipif(SUPPORTED, reason="the runtime has process sets")
-def test_a_process_set_without_runtime_support_is_refused(alone: None) -> None:
-    with pytest.raises(NotImplementedError, match="process_set="):
-        hvd.allreduce(tf.ones([2]), process_set=ProcessSet([0]))
 
 
 # -- compression ---------------------------------------------------------------------------

@@ -200,3 +200,59 @@ def test_broadcast_optimizer_state_keeps_a_fresh_optimizer_fresh(alone: None) ->
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
     with pytest.raises(ValueError, match="LBFGS"):
         hvd.broadcast_optimizer_state(torch.optim.LBFGS(model.parameters()), root_rank=0)
+
+
+# -- Horovod's names -----------------------------------------------------------------------
+
+
+def test_mpi_ops_holds_horovods_names_and_autograd_classes(alone: None) -> None:
+    from gcurun.runtime.torch import mpi_ops
+
+    assert mpi_ops.rank() == 0 and mpi_ops.size() == 1 and mpi_ops.is_initialized()
+    x = torch.ones(3, requires_grad=True)
+    for cls, args in ((mpi_ops.HorovodAllreduce, (x, None, "a", hvd.Sum, 2.0, 1.0,
+                                                   hvd.global_process_set)),
+                      (mpi_ops.HorovodAllgather, (x, "g", hvd.global_process_set)),
+                      (mpi_ops.HorovodBroadcast, (x, 0, "b", hvd.global_process_set)),
+                      (mpi_ops.HorovodAlltoall, (x, None, "t", hvd.global_process_set)),
+                      (mpi_ops.HorovodReducescatter, (x, "r", hvd.Sum, hvd.global_process_set,
+                                                      1.0, 1.0))):
+        assert issubclass(cls, torch.autograd.Function)
+        out = cls.apply(*args)
+        assert out.requires_grad, cls.__name__
+    outs = mpi_ops.HorovodGroupedAllreduce.apply(None, "ga", hvd.Sum, 1.0, 1.0,
+                                                 hvd.global_process_set, x, x)
+    assert len(outs) == 2
+    outs = mpi_ops.HorovodGroupedAllgather.apply("gg", hvd.global_process_set, x)
+    outs = mpi_ops.HorovodGroupedReducescatter.apply("gr", hvd.Sum, hvd.global_process_set,
+                                                     1.0, 1.0, x)
+    assert len(outs) == 1
+
+
+def test_the_sparse_handle_is_callable_and_synchronizable(alone: None) -> None:
+    dense = torch.tensor([[0.0, 2.0], [3.0, 0.0]])
+    handle = hvd.sparse_allreduce_async(dense.to_sparse(), name="s", op=hvd.Sum)
+    assert isinstance(handle, int)
+    assert torch.equal(handle().to_dense(), dense)
+    again = hvd.sparse_allreduce_async(dense.to_sparse(), name="s", op=hvd.Sum)
+    assert torch.equal(hvd.synchronize(again).to_dense(), dense)
+
+
+def test_a_named_tensor_is_named_after_its_op_and_refused_twice(alone: None) -> None:
+    first = hvd.allreduce_async(torch.ones(2), name="twice")
+    with pytest.raises(ValueError, match="allreduce 'allreduce.twice'.*still pending"):
+        hvd.allreduce_async(torch.ones(2), name="twice")
+    other = hvd.allgather_async(torch.ones(2), name="twice")     # another op's name
+    hvd.synchronize(first)
+    hvd.synchronize(other)
+    hvd.synchronize(hvd.allreduce_async(torch.ones(2), name="twice"))
+
+
+def test_the_timeline_calls(alone: None, tmp_path) -> None:
+    path = tmp_path / "t.json"
+    hvd.start_timeline(str(path), mark_cycles=True)
+    hvd.allreduce(torch.ones(2), name="traced")
+    hvd.stop_timeline()
+    assert "allreduce.traced" in path.read_text()
+    with pytest.raises(ValueError, match="file_path"):
+        hvd.start_timeline("")

@@ -18,7 +18,7 @@ import numpy as np
 
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import Transport
-from gcurun.runtime.dtypes import scaling_factor
+from gcurun.runtime.dtypes import scale_into
 from gcurun.runtime.engine.cache import ResponseCache
 from gcurun.runtime.engine.requests import PENDING, Op, OpKind
 from gcurun.runtime.transport.prepared import prepared_sendrecv
@@ -132,8 +132,7 @@ class Blocks:
         """Put ``op``'s (prescaled) input in my block, to ride with its ready bit."""
         area = self._inline_area[:op.src.nbytes].view(op.src.dtype)
         if op.prescale != 1.0:
-            np.multiply(op.src, scaling_factor(op.src.dtype, op.prescale), out=area,
-                        casting="unsafe")
+            scale_into(op.src, op.prescale, area)
         else:
             area[...] = op.src
         self._head[2] = slot + 1

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -14,11 +13,7 @@ from gcurun.runtime.engine.cycles import Cycles
 from gcurun.runtime.engine.handles import Handle, HandleError
 from gcurun.runtime.engine.requests import DONE, PENDING, Op, OpKind
 from gcurun.runtime.engine.stall import format_ranks
-
-# How many names unnamed ops of one kind take in turn: a multiple of every period up to
-# 6, so that a loop of a few unnamed calls of different shapes finds each name cached
-# with the shape it had the last time round.
-AUTO_NAMES = 60
+from gcurun.runtime.engine.timeline import timeline_path
 
 
 class Calls(Cycles):
@@ -26,30 +21,45 @@ class Calls(Cycles):
 
     def auto_name(self, label: str) -> str:
         """The next name for an unnamed op of kind ``label`` (``allreduce.unnamed.3``):
-        unnamed calls must come in the same order on every rank.
-
-        The names come round every ``AUTO_NAMES`` calls, so that unnamed ops hit the
-        response cache like named ones (a loop of calls of a few signatures repeats its
-        names with the same signatures); an op whose name is still pending on this rank
-        waits for it (see :meth:`_admit`).
-        """
-        found = self._counters.get(label)
-        if found is None:
-            with self._lock:
-                found = self._counters.setdefault(label, (
-                    itertools.count(), [f"{label}.unnamed.{n}" for n in range(AUTO_NAMES)]))
-        counter, names = found
-        return names[next(counter) % AUTO_NAMES]    # next(): atomic, calls from any thread
+        unnamed calls must come in the same order on every rank (see
+        :mod:`.auto_names`)."""
+        return self.auto_names.next(label)
 
     def submit(self, ops: Sequence[Op], grouped: bool = False) -> int:
         """Queue ``ops`` for the engine (all in one cycle); return their handle. Never
-        blocks; an engine that stopped fails the ops at once."""
+        blocks; an engine that stopped fails the ops at once.
+
+        Raises HandleError (a ValueError) at once for a name given to an earlier op of
+        this rank whose handle is not synchronized yet (see
+        :meth:`_refuse_pending_names`): the call is refused on this rank alone, and the
+        earlier op goes on."""
         with self._lock:
+            self._refuse_pending_names(ops)
             handle = self._next_handle
             self._next_handle += 1
             self._handles[handle] = Handle(list(ops), grouped)
+            for op in ops:
+                if not op.auto:
+                    self._outstanding[op.name] = handle
             self._enqueue(ops, notify=True)
         return handle
+
+    def _refuse_pending_names(self, ops: Sequence[Op]) -> None:
+        """Raise HandleError for an op named by its caller when an earlier op of this
+        rank under that name is not done with: its handle is not synchronized yet, or
+        (a synchronous call of another thread) it is incoming or pending. Holding
+        ``_lock``, under which the engine moves ops from incoming to pending.
+
+        Horovod refuses a name while its op is in progress, so whether a second call
+        is refused there depends on how fast the first one completes; tying the name
+        to the handle gives a script the same answer on every run."""
+        for op in ops:
+            if not op.auto and (op.name in self._outstanding or op.name in self._pending
+                                or op.name in self._incoming_names):
+                raise HandleError(
+                    f"{op.title}: an earlier op of this name is still pending on this "
+                    "rank (its handle is not synchronized yet); synchronize it before "
+                    "submitting the name again, or give each op its own name")
 
     def _enqueue(self, ops: Sequence[Op], notify: bool) -> None:
         """Queue ``ops`` (holding ``_lock``), or fail them if the engine cannot go on."""
@@ -60,6 +70,7 @@ class Calls(Cycles):
                     "shutdown() and init() to start again"))
         else:
             self._incoming.extend(ops)
+            self._incoming_names.update(op.name for op in ops if not op.auto)
             if notify:
                 self._lock.notify()
 
@@ -74,6 +85,7 @@ class Calls(Cycles):
             return self.synchronize(self.submit([op]))
         try:
             with self._lock:
+                self._refuse_pending_names((op,))
                 self._enqueue((op,), notify=False)
             deadline = self._drive(op)
         finally:
@@ -104,6 +116,10 @@ class Calls(Cycles):
         the first op's error. A handle can be synchronized once."""
         with self._lock:
             found = self._handles.pop(handle, None)
+            if found is not None:
+                for op in found.ops:
+                    if not op.auto and self._outstanding.get(op.name) == handle:
+                        del self._outstanding[op.name]
         if found is None:
             raise _unknown(handle)
         if not found.grouped and len(found.ops) == 1:     # the usual handle, often done
@@ -146,6 +162,32 @@ class Calls(Cycles):
                 f"{op.title}: no progress for {self.timeout:g} s waiting for {who}; they "
                 "may be stuck, or submitting other tensors (set GCURUN_TIMEOUT_SECONDS to "
                 "wait longer)")
+
+    def set_timeline(self, template: str | None, mark_cycles: bool = False) -> None:
+        """Write the timeline to ``template`` from the next cycle on (rank 0 alone unless
+        it contains ``{rank}``), or stop writing it (None): Horovod's start_timeline and
+        stop_timeline. The file being written is closed, complete, unless it is the one
+        asked for again, which goes on (with ``mark_cycles`` as given now).
+
+        Raises UsageError for a path that cannot be written, CollectiveTimeout when the
+        cycle in progress does not end within the timeout.
+        """
+        if not self._cycling.acquire(timeout=self.timeout):
+            raise CollectiveTimeout(f"set_timeline({template!r}): the engine stayed busy in "
+                                    f"one cycle for {self.timeout:g} s")
+        try:
+            old = self.timeline
+            path = timeline_path(template, self.rank) if template else None
+            if old is not None and path == old.path:
+                old.mark_cycles = mark_cycles
+                return
+            new = None if self._ended else self._open_timeline(template, mark_cycles)
+            self.timeline = self.controller.timeline = self.executor.timeline = new
+            self.controller.restart_marks()
+        finally:
+            self._cycling.release()
+        if old is not None:
+            old.close()
 
     def join_op(self) -> Op:
         return Op(OpKind.BARRIER, "gcurun.join")

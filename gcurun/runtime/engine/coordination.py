@@ -205,6 +205,10 @@ class Coordination(Blocks):
                 timeline.negotiate_rank(name, rank, at)
             seen |= ranks
 
+    def restart_marks(self) -> None:
+        """A new timeline (or none): negotiations in progress start their spans anew."""
+        self._negotiating.clear()
+
     def negotiated(self, name: str, now_ns: int) -> None:
         """Close the negotiation span of ``name`` (it is about to run)."""
         if self.timeline is not None and self._negotiating.pop(name, None) is not None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Transport
 from gcurun.runtime.dtypes import UFUNCS
 from gcurun.runtime.engine._results import deliver, finish_reduction
+from gcurun.runtime.engine.auto_names import AutoNames
 from gcurun.runtime.engine.executor import Executor
 from gcurun.runtime.engine.handles import Handle, HandleError
 from gcurun.runtime.engine.negotiation import Controller
@@ -70,10 +71,8 @@ class Cycles:
         # Without idle cycles the engine thread runs only for submitted ops: every rank's
         # callers must then call every op synchronously (they drive the cycles).
         self.idle_tick = IDLE_TICK if idle_cycles else float("inf")
-        path = timeline_path(env.timeline, self.rank) if env.timeline else None
-        self.timeline = None if path is None else Timeline(
-            path, max_bytes=int(env.timeline_max_mb * MIB),
-            mark_cycles=env.timeline_mark_cycles, rank=self.rank, size=self.size)
+        self._timeline_max_bytes = int(env.timeline_max_mb * MIB)
+        self.timeline = self._open_timeline(env.timeline, env.timeline_mark_cycles)
         # Every rank learns who is missing well before its synchronize() gives up.
         report = min(self.timeout / 4, env.stall_check_warning_seconds or self.timeout)
         stall = StallInspector(self.size, env.stall_check_warning_seconds,
@@ -84,9 +83,12 @@ class Cycles:
                                  two_levels=two_levels)
         self._lock = threading.Condition()
         self._incoming: list[Op] = []
+        self._incoming_names: set[str] = set()     # the names callers gave them
+        # Names callers gave ops whose handle is not synchronized yet: name -> handle.
+        self._outstanding: dict[str, int] = {}
         self._handles: dict[int, Handle] = {}
         self._next_handle = 1
-        self._counters: dict[str, tuple[Iterator[int], list[str]]] = {}
+        self.auto_names = AutoNames()
         self._pending: dict[str, Op] = {}           # the engine thread's own
         self._parked: dict[str, list[Op]] = {}      # auto-named ops waiting for their name
         self._joining: Op | None = None
@@ -103,6 +105,13 @@ class Cycles:
         self._quick_seen = 0                        # quick cycles the engine thread saw
         self._thread = threading.Thread(target=self._run, name="gcurun-engine", daemon=True)
         self._thread.start()
+
+    def _open_timeline(self, template: str | None, mark_cycles: bool) -> Timeline | None:
+        """This rank's timeline for ``template`` (None where this rank writes none)."""
+        path = timeline_path(template, self.rank) if template else None
+        return None if path is None else Timeline(
+            path, max_bytes=self._timeline_max_bytes, mark_cycles=mark_cycles,
+            rank=self.rank, size=self.size)
 
     @property
     def cycles(self) -> int:
@@ -217,13 +226,16 @@ class Cycles:
         self._cycles += 1
         with self._lock:
             incoming, self._incoming = self._incoming, []
+            self._incoming_names.clear()
             stop = self._stop_requested
-        if self._parked:
-            self._unpark()
-        for op in incoming:
-            self._admit(op)
-        if incoming:
-            self._progress_at = self._last_start
+            if self._parked:
+                self._unpark()
+            # Under the lock, so that a caller checking for a pending name finds each op
+            # either incoming or pending (see Calls.submit).
+            for op in incoming:
+                self._admit(op)
+            if incoming:
+                self._progress_at = self._last_start
         now_ns = time.monotonic_ns()
         if self.timeline is not None:
             self.timeline.cycle(now_ns)
@@ -293,6 +305,8 @@ class Cycles:
             elif self.rank not in outcome.joined:
                 raise ProtocolError(f"{OpKind(agreed.kind).label} {agreed.name!r} is ready "
                                     f"everywhere but rank {self.rank} never submitted it")
+            else:
+                self.auto_names.follow(agreed.name)
             if timeline is not None:        # (negotiation spans exist only with one)
                 controller.negotiated(agreed.name, ready_ns)
                 timeline.op_start(agreed.name, OpKind(agreed.kind).name, ready_ns)
@@ -307,6 +321,8 @@ class Cycles:
             if op is not None:
                 self.controller.forget(op)
                 self._finish(op, exception=error)
+            elif self.rank in outcome.joined:
+                self.auto_names.follow(name)
         if items:
             self.executor.run(items, ready_ns, self._finish)
         if outcome.join_done is not None and self._joining is not None:
@@ -351,6 +367,7 @@ class Cycles:
         with self._lock:
             self._failure = self._failure or reason
             incoming, self._incoming = self._incoming, []
+            self._incoming_names.clear()
         ops = list(self._pending.values()) + incoming
         for waiting in self._parked.values():
             ops.extend(waiting)

@@ -2,8 +2,9 @@
 
 Allreduces of one dtype, reduce op and scaling are fused (:mod:`gcurun.runtime.engine.fusion`);
 every other op runs alone with the runtime's algorithms. A rank that has called
-``join()`` takes part in ops it never submitted, with neutral data: the identity of the
-reduction, no rows to gather, nothing to send.
+``join()`` takes part in the reductions it never submitted, with neutral data: the
+identity of the reduction (gathers and broadcasts fail while a rank has joined, see
+:func:`gcurun.runtime.engine.requests.agree`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime.algorithms import HostLayout, Part, Pieces, Reducer, TwoLevelMode
 from gcurun.runtime.api import ReduceOp, Transport
-from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale, scaling_factor
+from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale, scale_into
 from gcurun.runtime.engine import fusion
 from gcurun.runtime.engine._results import deliver as shape_result
 from gcurun.runtime.engine._results import finish_reduction
@@ -241,8 +242,7 @@ class Executor:
         self.pages.prepare(src)
         out = src if op.inplace else aligned_empty(len(src), dtype)
         if agreed.prescale != 1.0:
-            np.multiply(src, scaling_factor(dtype, agreed.prescale), out=out,
-                        casting="unsafe")
+            scale_into(src, agreed.prescale, out)
             src = out
         return src, out
 

@@ -43,6 +43,9 @@ def title(kind: OpKind, name: str | None) -> str:
 
 # Ops whose first dimension may differ between ranks.
 VARYING_ROWS = (OpKind.ALLGATHER, OpKind.ALLTOALL)
+# Ops that cannot run while some rank has joined (it has no data for them): Horovod's rule.
+NEEDS_EVERY_RANK = (OpKind.ALLGATHER, OpKind.ALLTOALL, OpKind.BROADCAST,
+                    OpKind.BROADCAST_OBJECT, OpKind.ALLGATHER_OBJECT)
 # Ops whose agreement can be cached: everything a rank must match is known to it locally.
 CACHEABLE = (OpKind.ALLREDUCE, OpKind.ALLGATHER, OpKind.BROADCAST, OpKind.REDUCESCATTER,
              OpKind.BARRIER)
@@ -216,10 +219,12 @@ def agree(descriptions: Mapping[int, dict[str, Any]], size: int,
                              "factors; every rank must pass the same prescale_factor and "
                              "postscale_factor:\n" + "\n".join(lines))
     kind = OpKind(first["kind"])
-    if kind in (OpKind.BROADCAST, OpKind.BROADCAST_OBJECT) and first["root"] in joined:
-        return ArgumentError(f"{first['op']} {first['name']!r}: root rank {first['root']} "
-                             "has called join() and cannot broadcast; broadcast from a rank "
-                             "that has not joined")
+    if joined and kind in NEEDS_EVERY_RANK:
+        ranks = ", ".join(str(r) for r in sorted(joined))
+        return ArgumentError(f"{first['op']} {first['name']!r}: rank(s) {ranks} called "
+                             f"join(), and {first['op']} needs data from every rank (as in "
+                             "Horovod, only reductions go on with joined ranks); call it "
+                             "before join(), or after every rank has joined")
     rows = splits = None
     if kind == OpKind.ALLGATHER:
         rows = tuple(descriptions[r]["shape"][0] if r in descriptions else 0

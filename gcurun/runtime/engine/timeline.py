@@ -11,7 +11,8 @@ The file is valid JSON after every write: it always ends with the array's closin
 bracket, and each flush overwrites that bracket with the new events and a new bracket in
 one ``pwrite``. A job that crashes or is killed between flushes leaves a complete trace of
 what was flushed. Past ``max_bytes`` the writer records one last event saying so and
-stops.
+stops. Row 0's name event carries the trace's start as wall-clock time
+(``start_time_since_epoch_in_micros``, Horovod's key): timestamps count from there.
 """
 
 from __future__ import annotations
@@ -58,16 +59,19 @@ class Timeline:
         self._last_flush = time.monotonic()
         self._start_ns = time.monotonic_ns()
         self._rows: dict[str, int] = {}
-        self._meta(0, f"gcurun engine (rank {rank} of {size})")
+        # Timestamps count from the trace's start; its wall-clock time (Horovod's key)
+        # lines up traces of different ranks or runs.
+        self._meta(0, f"gcurun engine (rank {rank} of {size})",
+                   f',"start_time_since_epoch_in_micros":{time.time_ns() // 1000}')
 
     # -- events ---------------------------------------------------------------------------
 
     def _ts(self, ns: int) -> str:
         return f"{(ns - self._start_ns) / 1000:.3f}"
 
-    def _meta(self, row: int, title: str) -> None:
+    def _meta(self, row: int, title: str, args: str = "") -> None:
         self._events.append(f'{{"name":"process_name","ph":"M","ts":0,"pid":{row},"tid":0,'
-                            f'"args":{{"name":{json.dumps(title)}}}}}')
+                            f'"args":{{"name":{json.dumps(title)}{args}}}}}')
         self._events.append(f'{{"name":"process_sort_index","ph":"M","ts":0,"pid":{row},'
                             f'"tid":0,"args":{{"sort_index":{row}}}}}')
 

@@ -221,10 +221,11 @@ def grouped_reducescatter(tensors: Sequence[Any], name: str | None = None, op: A
 
 def join(process_set: ProcessSet = global_process_set) -> int:
     """This rank has no more data: until every rank (of the set) has joined, it takes
-    part in the others' collectives with neutral data (zeros for sums, the identity for
-    min, max and product, no rows for gathers). Returns the rank that joined last, a
-    rank of the job also on a process set (Horovod's process set records the global
-    rank of its last joiner)."""
+    part in the others' reductions with neutral data (zeros for sums, the identity for
+    min, max and product); gathers and broadcasts fail on every rank that calls them
+    meanwhile, as in Horovod. Returns the rank that joined last, a rank of the job also
+    on a process set (Horovod's process set records the global rank of its last
+    joiner)."""
     engine = engine_of(process_set, "join")
     last = engine.synchronize(engine.submit([engine.join_op()]))
     members = _members(process_set)

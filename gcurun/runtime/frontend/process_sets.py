@@ -191,12 +191,28 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     return True
 
 
+def process_sets() -> list[ProcessSet]:
+    """The registered process sets, the global set first (only it before init())."""
+    if not job.is_initialized():
+        return [global_process_set]
+    state = job.state("process_sets()")
+    return [global_process_set, *state.sets.values()]
+
+
 def _set_env(env: Any, set_id: int) -> Any:
     """The settings of a set's engine: its timeline, if any, in a file of its own."""
     if not env.timeline:
         return env
-    stem, ext = os.path.splitext(env.timeline)
-    return dataclasses.replace(env, timeline=f"{stem}.set{set_id}{ext}")
+    return dataclasses.replace(env, timeline=set_timeline_path(env.timeline, set_id))
+
+
+def set_timeline_path(template: str | None, set_id: int) -> str | None:
+    """Where the engine of set ``set_id`` writes the timeline of ``template`` (the job's
+    path): ``NAME.set<ID>.json`` beside it."""
+    if not template:
+        return None
+    stem, ext = os.path.splitext(template)
+    return f"{stem}.set{set_id}{ext}"
 
 
 def _check_ranks(ranks: list[int], size: int, collectives: Collectives) -> None:

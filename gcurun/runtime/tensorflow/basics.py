@@ -94,10 +94,8 @@ def process_set_included_op(process_set_id: int = 0, name: str | None = None) ->
 
 
 def _set_of(process_set_id: int) -> Any:
-    """The registered process set of that id (the runtime's registry, when it has one)."""
-    sets = getattr(runtime, "process_sets", None)
-    found = [s for s in (sets() if callable(sets) else [])
-             if s.process_set_id == process_set_id]
+    """The registered process set of that id."""
+    found = [s for s in runtime.process_sets() if s.process_set_id == process_set_id]
     if not found:
         raise ValueError(f"process_set_id={process_set_id} is not a registered process set; "
                          "register it with add_process_set() on every rank first")

@@ -1,9 +1,9 @@
 """Horovod's PyTorch API on gcurun's runtime: ``import gcurun.runtime.torch as hvd``.
 
 A script written for ``horovod.torch`` runs with this import as its only change: init,
-the rank queries, the collectives on tensors (synchronous, asynchronous with handles, in
-place, grouped, on process sets), DistributedOptimizer, broadcast_parameters,
-broadcast_optimizer_state, Compression, SyncBatchNorm.
+the rank queries, the timeline calls, the collectives on tensors (synchronous,
+asynchronous with handles, in place, grouped, on process sets), DistributedOptimizer,
+broadcast_parameters, broadcast_optimizer_state, Compression, SyncBatchNorm.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from gcurun.runtime.torch.basics import (
     rocm_built,
     shutdown,
     size,
+    start_timeline,
+    stop_timeline,
 )
 from gcurun.runtime.torch.compression import Compression
 from gcurun.runtime.torch.errors import HorovodInternalError
@@ -113,5 +115,5 @@ __all__ = [
     "init", "is_homogeneous", "join", "is_initialized", "local_rank", "local_size", "mpi_built",
     "mpi_enabled", "mpi_threads_supported", "nccl_built", "poll", "rank",
     "reducescatter", "reducescatter_async", "remove_process_set", "rocm_built", "shutdown",
-    "size", "sparse_allreduce_async", "synchronize",
+    "size", "sparse_allreduce_async", "start_timeline", "stop_timeline", "synchronize",
 ]

@@ -18,6 +18,13 @@ from gcurun.runtime.torch.tensors import stage, to_tensor, write_back
 Tensors = Sequence[torch.Tensor]
 
 
+def tensor_name(kind: str, name: str | None) -> str | None:
+    """The engine's name of a tensor the caller named: Horovod's torch binding names it
+    after the op (``allreduce.grad.w``), which timelines and duplicate checks show.
+    Unnamed ops get the engine's own names (``allreduce.unnamed.3``)."""
+    return None if name is None else f"{kind}.{name}"
+
+
 def wants_grad(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
 
@@ -32,6 +39,7 @@ def as_tensors(results: Sequence[np.ndarray], like: Tensors) -> list[torch.Tenso
 def start_allreduce(tensor: torch.Tensor, inplace: bool, name: str | None, op: Any,
                     pre: float, post: float, process_set: ProcessSet) -> int:
     where = target(process_set)
+    name = tensor_name("allreduce", name)
     if op == Adasum:
         return adasum.allreduce_async(tensor, inplace, name, pre, post, where)
     staged = stage(tensor, "allreduce")
@@ -48,5 +56,5 @@ def start_allreduce(tensor: torch.Tensor, inplace: bool, name: str | None, op: A
 def start_allgather(tensor: torch.Tensor, name: str | None,
                     process_set: ProcessSet) -> int:
     staged = stage(tensor, "allgather")
-    work = target(process_set).allgather(staged.array, name)
+    work = target(process_set).allgather(staged.array, tensor_name("allgather", name))
     return register(work, lambda result: to_tensor(result, tensor), staged)

@@ -11,9 +11,15 @@ import torch
 
 from gcurun.runtime import Adasum, Average, Sum
 from gcurun.runtime.torch import adasum
-from gcurun.runtime.torch._common import Tensors, as_tensors, start_allreduce, wants_grad
+from gcurun.runtime.torch._common import (
+    Tensors,
+    as_tensors,
+    start_allreduce,
+    tensor_name,
+    wants_grad,
+)
 from gcurun.runtime.torch.compression import Compression, Compressor
-from gcurun.runtime.torch.handles import Combined, register, synchronize
+from gcurun.runtime.torch.handles import CallableHandle, Combined, register, synchronize
 from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
 from gcurun.runtime.torch.tensors import stage, to_tensor, write_back
 
@@ -48,19 +54,25 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None,
                            postscale_factor, process_set)
 
 
-class _Allreduce(torch.autograd.Function):
+class HorovodAllreduce(torch.autograd.Function):
+    """Allreduce as an autograd function (Horovod's class and arguments): the gradient
+    is reduced the same way (op and scale factors)."""
+
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: Any, pre: float,
-                post: float, process_set: ProcessSet) -> torch.Tensor:
-        ctx.args = (op, pre, post, process_set)
-        return synchronize(start_allreduce(tensor, False, name, op, pre, post, process_set))
+    def forward(ctx: Any, tensor: torch.Tensor, average: bool | None, name: str | None,
+                op: Any, prescale_factor: float, postscale_factor: float,
+                process_set: ProcessSet) -> torch.Tensor:
+        op = reduce_op(op, average)
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(start_allreduce(tensor, False, name, op, prescale_factor,
+                                           postscale_factor, process_set))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         op, pre, post, process_set = ctx.args
         reduced = synchronize(start_allreduce(grad.contiguous(), False, None, op, pre, post,
                                               process_set))
-        return reduced, None, None, None, None, None
+        return reduced, None, None, None, None, None, None
 
 
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
@@ -72,8 +84,8 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     op = reduce_op(op, average)
     compressed, ctx = compression.compress(tensor)
     if wants_grad(compressed):
-        result = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
-                                  process_set)
+        result = HorovodAllreduce.apply(compressed, None, name, op, prescale_factor,
+                                        postscale_factor, process_set)
     else:
         result = synchronize(start_allreduce(compressed, False, name, op, prescale_factor,
                                              postscale_factor, process_set))
@@ -93,6 +105,7 @@ def _grouped_allreduce_async(tensors: Tensors, inplace: bool, name: str | None, 
                              process_set: ProcessSet) -> int:
     tensors = list(tensors)
     where = target(process_set)
+    name = tensor_name("allreduce", name)
     if op == Adasum:
         works = [adasum.work(t, inplace, pre, post, where,
                              None if name is None else f"{name}.{i}")
@@ -127,20 +140,24 @@ def grouped_allreduce_async_(tensors: Tensors, average: bool | None = None,
                                     prescale_factor, postscale_factor, process_set)
 
 
-class _GroupedAllreduce(torch.autograd.Function):
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    """Grouped allreduce as an autograd function (Horovod's class and arguments)."""
+
     @staticmethod
-    def forward(ctx: Any, name: str | None, op: Any, pre: float, post: float,
-                process_set: ProcessSet, *tensors: torch.Tensor) -> tuple[Any, ...]:
-        ctx.args = (op, pre, post, process_set)
-        return tuple(synchronize(_grouped_allreduce_async(tensors, False, name, op, pre, post,
-                                                          process_set)))
+    def forward(ctx: Any, average: bool | None, name: str | None, op: Any,
+                prescale_factor: float, postscale_factor: float, process_set: ProcessSet,
+                *tensors: torch.Tensor) -> tuple[Any, ...]:
+        op = reduce_op(op, average)
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(_grouped_allreduce_async(
+            tensors, False, name, op, prescale_factor, postscale_factor, process_set)))
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
         op, pre, post, process_set = ctx.args
         reduced = synchronize(_grouped_allreduce_async([g.contiguous() for g in grads], False,
                                                        None, op, pre, post, process_set))
-        return (None, None, None, None, None, *reduced)
+        return (None, None, None, None, None, None, *reduced)
 
 
 def grouped_allreduce(tensors: Tensors, average: bool | None = None, name: str | None = None,
@@ -152,8 +169,8 @@ def grouped_allreduce(tensors: Tensors, average: bool | None = None, name: str |
     pairs = [compression.compress(t) for t in tensors]
     compressed = [t for t, _ in pairs]
     if wants_grad(*compressed):
-        results = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
-                                          process_set, *compressed)
+        results = HorovodGroupedAllreduce.apply(None, name, op, prescale_factor,
+                                                postscale_factor, process_set, *compressed)
     else:
         results = synchronize(_grouped_allreduce_async(compressed, False, name, op,
                                                        prescale_factor, postscale_factor,
@@ -171,17 +188,20 @@ def grouped_allreduce_(tensors: Tensors, average: bool | None = None,
 
 
 def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
-                           process_set: ProcessSet = global_process_set) -> int:
+                           process_set: ProcessSet = global_process_set) -> CallableHandle:
     """Start combining a sparse COO tensor over the ranks by gathering every rank's
-    indices and values (Sum, or Average: values divided by the number of ranks);
-    :func:`synchronize` returns the (uncoalesced) sparse result."""
+    indices and values (Sum, or Average: values divided by the number of ranks). The
+    handle is also callable, as Horovod's is: ``handle()`` and ``synchronize(handle)``
+    both return the (uncoalesced) sparse result."""
     where = target(process_set)
     sparse = tensor.coalesce()
     indices = stage(sparse.indices().t().contiguous(), "sparse allreduce")
     values = stage(sparse.values().contiguous(), "sparse allreduce")
     base = None if name is None else str(name)
-    works = [where.allgather(indices.array, None if base is None else base + ".indices"),
-             where.allgather(values.array, None if base is None else base + ".values")]
+    works = [where.allgather(indices.array, tensor_name("allgather", None if base is None
+                                                        else base + ".indices")),
+             where.allgather(values.array, tensor_name("allgather", None if base is None
+                                                       else base + ".values"))]
     members = len(process_set.ranks or []) if process_set is not None else 1
     divisor = members if op == Average else 1
 
@@ -193,4 +213,4 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
         return torch.sparse_coo_tensor(gathered_indices.to(sparse.device), gathered_values,
                                        sparse.shape, check_invariants=False)
 
-    return register(Combined(works), finish, (indices, values))
+    return CallableHandle(register(Combined(works), finish, (indices, values)))

@@ -13,7 +13,8 @@ def barrier(process_set: ProcessSet = global_process_set) -> None:
 
 def join(device: int = -1) -> int:
     """This rank has run out of data: until every rank has joined, it takes part in the
-    others' collectives with neutral data (zeros for sums, no rows for gathers), so they
-    can finish their epochs. Returns the rank that joined last. ``device`` is accepted
-    for Horovod's signature; the neutral data lives in host memory."""
+    others' reductions with neutral data (zeros for sums), so they can finish their
+    epochs; allgather, alltoall and broadcast fail meanwhile, as in Horovod. Returns the
+    rank that joined last. ``device`` is accepted for Horovod's signature; the neutral
+    data lives in host memory."""
     return int(runtime.join())

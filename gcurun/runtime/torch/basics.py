@@ -23,6 +23,8 @@ mpi_enabled = runtime.mpi_enabled
 gloo_built = runtime.gloo_built
 gloo_enabled = runtime.gloo_enabled
 nccl_built = runtime.nccl_built
+start_timeline = runtime.start_timeline
+stop_timeline = runtime.stop_timeline
 
 
 def init(comm: Any = None,

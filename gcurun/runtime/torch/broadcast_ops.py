@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from gcurun.runtime import Average
-from gcurun.runtime.torch._common import start_allreduce, wants_grad
+from gcurun.runtime.torch._common import start_allreduce, tensor_name, wants_grad
 from gcurun.runtime.torch.handles import register, synchronize
 from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
 from gcurun.runtime.torch.tensors import stage, to_tensor, write_back
@@ -18,6 +18,7 @@ def _broadcast_async(tensor: torch.Tensor, root_rank: int, inplace: bool, name: 
                      process_set: ProcessSet) -> int:
     where = target(process_set)
     root = root_rank            # a rank of the job, also on a process set (Horovod's)
+    name = tensor_name("broadcast", name)
     staged = stage(tensor, "broadcast")
     if inplace:
         work = where.broadcast(staged.array, root, True, name)
@@ -41,7 +42,10 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
     return _broadcast_async(tensor, root_rank, True, name, process_set)
 
 
-class _Broadcast(torch.autograd.Function):
+class HorovodBroadcast(torch.autograd.Function):
+    """Broadcast as an autograd function (Horovod's class and arguments): the root gets
+    the average of every rank's gradient, the other ranks zeros."""
+
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: str | None,
                 process_set: ProcessSet) -> torch.Tensor:
@@ -63,7 +67,7 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """``root_rank``'s tensor on every rank, as a new tensor."""
     if wants_grad(tensor):
-        return _Broadcast.apply(tensor, root_rank, name, process_set)
+        return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
     return synchronize(_broadcast_async(tensor, root_rank, False, name, process_set))
 
 

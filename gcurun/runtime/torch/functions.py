@@ -52,12 +52,19 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
     in place and other values (step counts, flags) as objects. A rank whose state lacks an
     entry the root has (a fresh optimizer) gets it; entries the root lacks are dropped.
     Every rank's optimizer must train the same parameters in the same groups.
+
+    On a rank whose optimizer is fresh (no state yet), trainable parameters without a
+    gradient get a zero one, as after Horovod's call; unlike Horovod, no optimizer step
+    is taken to create state (with weight decay or momentum that step would move the
+    parameters before training starts).
     """
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("broadcast_optimizer_state: torch.optim.LBFGS keeps state that "
                          "cannot be broadcast piecewise; broadcast_object(optimizer."
                          "state_dict()) and load_state_dict() it instead")
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not any(optimizer.state.get(p) for p in params):
+        _zero_missing_grads(params)
     offer = _manifest(optimizer, params) if _is_root(root_rank, process_set) else None
     manifest = broadcast_object(offer, root_rank, "broadcast_optimizer_state.manifest",
                                 process_set)
@@ -76,6 +83,12 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
                for i, (p, entries) in enumerate(zip(params, states, strict=True))
                for key, (kind, _) in entries.items() if kind == "tensor"]
     broadcast_parameters(tensors, root_rank, process_set)
+
+
+def _zero_missing_grads(params: list[torch.Tensor]) -> None:
+    for param in params:
+        if param.requires_grad and param.grad is None:
+            param.grad = torch.zeros_like(param)
 
 
 def _is_root(root_rank: int, process_set: ProcessSet) -> bool:

@@ -1,5 +1,5 @@
-"""Allgather, alltoall and reducescatter on torch tensors, with Horovod's names,
-arguments and results; the synchronous forms are differentiable."""
+"""Allgather and alltoall on torch tensors, with Horovod's names, arguments and results;
+the synchronous forms are differentiable (Horovod's autograd classes)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from gcurun.runtime.torch._common import (
     as_tensors,
     start_allgather,
     start_allreduce,
+    tensor_name,
     wants_grad,
 )
-from gcurun.runtime.torch.compression import Compression, Compressor
+from gcurun.runtime.torch.allreduce_ops import grouped_allreduce_async
 from gcurun.runtime.torch.handles import register, synchronize
 from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
 from gcurun.runtime.torch.tensors import stage, to_tensor
@@ -31,7 +32,17 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None,
     return start_allgather(tensor, name, process_set)
 
 
-class _Allgather(torch.autograd.Function):
+def _my_rows(rows: torch.Tensor, process_set: ProcessSet) -> tuple[int, int]:
+    """(where this rank's rows start, how many) in a gather whose ranks contributed
+    ``rows`` (a column per rank, one row per tensor): for each tensor of the gather."""
+    me = (process_set or global_process_set).rank() or 0
+    return int(rows[:me].sum()), int(rows[me])
+
+
+class HorovodAllgather(torch.autograd.Function):
+    """Allgather as an autograd function (Horovod's class and arguments): the gathered
+    gradient is averaged over the ranks, and each rank takes back its own rows."""
+
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None,
                 process_set: ProcessSet) -> torch.Tensor:
@@ -41,23 +52,19 @@ class _Allgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        # Horovod's convention: the gathered gradient is averaged over the ranks, then
-        # each rank takes back the rows it contributed.
         reduced = synchronize(start_allreduce(grad.contiguous(), False, None, Average, 1.0,
                                               1.0, ctx.process_set))
         rows = synchronize(start_allgather(torch.tensor([ctx.rows], dtype=torch.int64), None,
                                            ctx.process_set))
-        where = ctx.process_set or global_process_set
-        me = where.rank() or 0
-        start = int(rows[:me].sum())
-        return reduced.narrow(0, start, ctx.rows), None, None
+        start, count = _my_rows(rows, ctx.process_set)
+        return reduced.narrow(0, start, count), None, None
 
 
 def allgather(tensor: torch.Tensor, name: str | None = None,
               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Every rank's ``tensor`` concatenated along the first dimension, in rank order."""
     if wants_grad(tensor):
-        return _Allgather.apply(tensor, name, process_set)
+        return HorovodAllgather.apply(tensor, name, process_set)
     return synchronize(start_allgather(tensor, name, process_set))
 
 
@@ -66,13 +73,40 @@ def grouped_allgather_async(tensors: Tensors, name: str | None = None,
     """Start :func:`allgather` of every tensor of a list, as one op."""
     tensors = list(tensors)
     staged = [stage(t, "grouped_allgather") for t in tensors]
-    work = target(process_set).grouped_allgather([s.array for s in staged], name)
+    work = target(process_set).grouped_allgather([s.array for s in staged],
+                                                 tensor_name("allgather", name))
     return register(work, lambda results: as_tensors(results, tensors), staged)
+
+
+class HorovodGroupedAllgather(torch.autograd.Function):
+    """Grouped allgather as an autograd function (Horovod's class and arguments): each
+    gradient as :class:`HorovodAllgather`'s, the reductions grouped."""
+
+    @staticmethod
+    def forward(ctx: Any, name: str | None, process_set: ProcessSet,
+                *tensors: torch.Tensor) -> tuple[Any, ...]:
+        ctx.rows = [t.shape[0] for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(tensors, name, process_set)))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
+        reduced = synchronize(grouped_allreduce_async([g.contiguous() for g in grads],
+                                                      op=Average,
+                                                      process_set=ctx.process_set))
+        rows = synchronize(start_allgather(torch.tensor([ctx.rows], dtype=torch.int64), None,
+                                           ctx.process_set))
+        mine = [_my_rows(rows[:, i], ctx.process_set) for i in range(len(ctx.rows))]
+        return (None, None, *[r.narrow(0, start, count)
+                              for r, (start, count) in zip(reduced, mine, strict=True)])
 
 
 def grouped_allgather(tensors: Tensors, name: str | None = None,
                       process_set: ProcessSet = global_process_set) -> list[torch.Tensor]:
-    """:func:`allgather` of every tensor of a list, as one op."""
+    """:func:`allgather` of every tensor of a list, as one op; differentiable."""
+    tensors = list(tensors)
+    if wants_grad(*tensors):
+        return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
     return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
@@ -93,7 +127,8 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
     j (without splits: the first dimension divided evenly). :func:`synchronize` returns
     (the rows received from every rank in rank order, how many came from each)."""
     staged = stage(tensor, "alltoall")
-    work = target(process_set).alltoall(staged.array, _splits_array(splits), name)
+    work = target(process_set).alltoall(staged.array, _splits_array(splits),
+                                        tensor_name("alltoall", name))
 
     def finish(result: tuple[np.ndarray, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
         output, received = result
@@ -102,13 +137,19 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
     return register(work, finish, staged)
 
 
-class _Alltoall(torch.autograd.Function):
+class HorovodAlltoall(torch.autograd.Function):
+    """Alltoall as an autograd function (Horovod's class and arguments): the received
+    rows, and with ``splits`` also how many came from each rank. The gradient goes back
+    the way the rows came."""
+
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: str | None,
-                process_set: ProcessSet) -> tuple[torch.Tensor, torch.Tensor]:
+                process_set: ProcessSet) -> Any:
         output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
         ctx.received = received
         ctx.process_set = process_set
+        if splits is None:
+            return output
         ctx.mark_non_differentiable(received)
         return output, received
 
@@ -124,77 +165,6 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
     """The rows every rank sent to this one, in rank order; with ``splits`` also the
     number of rows received from each rank (Horovod returns both only then)."""
     if wants_grad(tensor):
-        output, received = _Alltoall.apply(tensor, splits, name, process_set)
-    else:
-        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        return HorovodAlltoall.apply(tensor, splits, name, process_set)
+    output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
     return output if splits is None else (output, received)
-
-
-# -- reducescatter -----------------------------------------------------------------------
-
-
-def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any = Average,
-                        process_set: ProcessSet = global_process_set,
-                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
-    """Start reducing ``tensor`` over the ranks, each keeping its share of the first
-    dimension (split as evenly as possible, lower ranks taking one row more)."""
-    staged = stage(tensor, "reducescatter")
-    work = target(process_set).reducescatter(staged.array, op, prescale_factor,
-                                             postscale_factor, name)
-    return register(work, lambda result: to_tensor(result, tensor), staged)
-
-
-class _Reducescatter(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, op: Any,
-                process_set: ProcessSet, pre: float, post: float) -> torch.Tensor:
-        ctx.args = (op, process_set, pre * post)
-        return synchronize(reducescatter_async(tensor, name, op, process_set, pre, post))
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        op, process_set, scale = ctx.args
-        gathered = synchronize(start_allgather(grad.contiguous(), None, process_set))
-        if op == Average:
-            scale /= len((process_set or global_process_set).ranks or [0])
-        return gathered * scale, None, None, None, None, None
-
-
-def reducescatter(tensor: torch.Tensor, name: str | None = None,
-                  compression: type[Compressor] = Compression.none, op: Any = Average,
-                  process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
-                  postscale_factor: float = 1.0) -> torch.Tensor:
-    """This rank's share of the reduction of ``tensor`` (see :func:`reducescatter_async`)."""
-    compressed, ctx = compression.compress(tensor)
-    if wants_grad(compressed):
-        result = _Reducescatter.apply(compressed, name, op, process_set, prescale_factor,
-                                      postscale_factor)
-    else:
-        result = synchronize(reducescatter_async(compressed, name, op, process_set,
-                                                 prescale_factor, postscale_factor))
-    return compression.decompress(result, ctx)
-
-
-def grouped_reducescatter_async(tensors: Tensors, name: str | None = None, op: Any = Average,
-                                process_set: ProcessSet = global_process_set,
-                                prescale_factor: float = 1.0,
-                                postscale_factor: float = 1.0) -> int:
-    """Start :func:`reducescatter` of every tensor of a list, as one op."""
-    tensors = list(tensors)
-    staged = [stage(t, "grouped_reducescatter") for t in tensors]
-    work = target(process_set).grouped_reducescatter([s.array for s in staged], op,
-                                                     prescale_factor, postscale_factor, name)
-    return register(work, lambda results: as_tensors(results, tensors), staged)
-
-
-def grouped_reducescatter(tensors: Tensors, name: str | None = None,
-                          compression: type[Compressor] = Compression.none, op: Any = Average,
-                          process_set: ProcessSet = global_process_set,
-                          prescale_factor: float = 1.0,
-                          postscale_factor: float = 1.0) -> list[torch.Tensor]:
-    """:func:`reducescatter` of every tensor of a list, as one op."""
-    pairs = [compression.compress(t) for t in tensors]
-    results = synchronize(grouped_reducescatter_async([t for t, _ in pairs], name, op,
-                                                      process_set, prescale_factor,
-                                                      postscale_factor))
-    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(results, pairs, strict=True)]

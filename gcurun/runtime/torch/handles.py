@@ -81,7 +81,17 @@ class Combined:
         return all(work.done() for work in self.works)
 
     def wait(self) -> list[Any]:
-        return [work.wait() for work in self.works]
+        """Every op's result; the first error once every op has been waited for (each
+        handle of the runtime is synchronized, so that its name is free again)."""
+        results, error = [], None
+        for work in self.works:
+            try:
+                results.append(work.wait())
+            except CollectiveError as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+        return results
 
 
 class _Entry:
@@ -91,6 +101,16 @@ class _Entry:
         self.work = work
         self.finish = finish
         self.keep = keep
+
+
+class CallableHandle(int):
+    """A handle that is also a function: ``handle()`` is ``synchronize(handle)``. Horovod's
+    ``sparse_allreduce_async`` returns a function to call; this works both ways."""
+
+    __slots__ = ()
+
+    def __call__(self) -> Any:
+        return synchronize(self)
 
 
 _entries: dict[int, _Entry] = {}

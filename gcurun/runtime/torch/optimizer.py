@@ -185,6 +185,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._reset_delays()
             self._synchronized = True
             return
+        presence = None
         try:
             if self._overlap:
                 self._start_missing()
@@ -192,6 +193,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._start_all()
             presence = self._start_presence()      # after the others: see _start_presence
             for key, (handle, how) in list(self._handles.items()):
+                del self._handles[key]
                 output = mpi_ops.synchronize(handle)
                 if isinstance(key, tuple):
                     for p, out, (_, ctx) in zip(key, output, how, strict=True):
@@ -200,12 +202,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 else:
                     self._apply(key, output, how)
             present = mpi_ops.synchronize(presence)
+            presence = None
             for p, anywhere in zip(self._requires_update, present.tolist(), strict=True):
                 if not anywhere:
                     p.grad = None
         finally:
             self._filled.clear()
-            self._handles.clear()
+            self._drain(presence)
             self._reset_delays()
             for group in self._group_ready:
                 self._group_ready[group] = 0
@@ -224,9 +227,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Any = None) -> Any:
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() after optimizer.synchronize() without "
-                              "optimizer.skip_synchronize(): the gradients are reduced "
-                              "again, which costs time; wrap step() in "
+                # Horovod's words, which scripts and tests look for.
+                warnings.warn("optimizer.step() called without "
+                              "optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown "
+                              "(the gradients are reduced again); wrap step() in "
                               "`with optimizer.skip_synchronize():`", stacklevel=2)
             self.synchronize()
         self._synchronized = False
@@ -242,8 +247,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 "are pending; call step() (or synchronize()) first")
         super().zero_grad(set_to_none)
 
+    def _drain(self, *more: int | None) -> None:
+        """Synchronize the handles left after an error (and ``more``), so that their
+        names are free for the next step (a name stays taken until its handle is
+        synchronized); their own errors were the first one's consequences, or will show
+        again."""
+        handles, self._handles = self._handles, {}
+        for handle in [h for h, _ in handles.values()] + list(more):
+            if handle is not None:
+                try:
+                    mpi_ops.synchronize(handle)
+                except Exception:  # noqa: BLE001 - the first error is already on its way
+                    pass
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._handles.clear()
+        self._drain()
         self._synchronized = False
         self._should_synchronize = True
         self._reset_delays()

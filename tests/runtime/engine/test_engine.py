@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gcurun.runtime.api import MismatchError, PeerFailureError, ReduceOp
+from gcurun.runtime.api import ArgumentError, MismatchError, PeerFailureError, ReduceOp
 from gcurun.runtime.engine.background import Engine
 from gcurun.runtime.engine.cache import ResponseCache
 from gcurun.runtime.engine.handles import HandleError
@@ -92,9 +92,44 @@ def test_handles_are_synchronized_once_and_names_pending_once() -> None:
         mine = f"only.{engine.rank}"
         allreduce(engine, np.ones(1), mine)
         with pytest.raises(HandleError, match="still pending on this rank"):
-            engine.synchronize(allreduce(engine, np.ones(1), mine))
+            allreduce(engine, np.ones(1), mine)         # refused at once, as in Horovod
 
     run_engines(2, body)
+
+
+def test_a_name_stays_taken_until_its_handle_is_synchronized() -> None:
+    # Done or not, the first op's handle decides: the answer does not depend on timing.
+    def body(engine: Engine) -> None:
+        first = allreduce(engine, np.ones(2), "taken")
+        while not engine.poll(first):
+            engine.synchronize(allreduce(engine, np.ones(1), None))   # cycles go on
+        with pytest.raises(HandleError, match="its handle is not synchronized yet"):
+            allreduce(engine, np.ones(2), "taken")
+        engine.synchronize(first)
+        assert engine.synchronize(allreduce(engine, np.ones(2), "taken")).tolist() == [2, 2]
+
+    run_engines(2, body)
+
+
+def test_a_joined_rank_keeps_the_names_of_unnamed_ops_in_step() -> None:
+    # The unnamed ops the others ran while a rank had joined count as its own calls: its
+    # next unnamed op gets the name the others' next one gets. Each rank joins first once.
+    def body(engine: Engine) -> list[list[int]]:
+        gathered = []
+        for first in range(engine.size):
+            if engine.rank != first:
+                reduced = engine.synchronize(allreduce(engine, np.ones(2), None))
+                assert reduced.tolist() == [engine.size - 1] * 2
+                with pytest.raises(ArgumentError, match="called join"):
+                    engine.synchronize(engine.submit([ops.allgather_op(
+                        engine, np.ones(1), None)]))
+            engine.synchronize(engine.submit([engine.join_op()]))
+            handle = engine.submit([ops.allgather_op(engine, np.full(1, engine.rank), None)])
+            gathered.append(engine.synchronize(handle).tolist())
+        return gathered
+
+    results, _ = run_engines(3, body)
+    assert results == [[[0, 1, 2]] * 3] * 3
 
 
 def test_pending_ops_fail_when_a_rank_shuts_down() -> None:

@@ -29,6 +29,13 @@ def test_horovod_names_are_understood() -> None:
                              ).stall_check_warning_seconds == 0
 
 
+@pytest.mark.parametrize("name", ["GCURUN_TIMELINE", "HOROVOD_TIMELINE"])
+def test_a_dynamic_timeline_writes_no_file_at_start(name: str) -> None:
+    # Horovod's HOROVOD_TIMELINE=DYNAMIC: the script calls start_timeline() itself.
+    assert parse_runtime_env({name: "DYNAMIC"}).timeline is None
+    assert parse_runtime_env({name: "dynamic.json"}).timeline == "dynamic.json"
+
+
 def test_gcurun_names_win_over_horovod_names() -> None:
     env = parse_runtime_env({"GCURUN_CYCLE_TIME_MS": "2", "HOROVOD_CYCLE_TIME": "7",
                              "GCURUN_FUSION_THRESHOLD_MB": "8",

@@ -15,8 +15,8 @@ import pytest
 
 from gcurun.runtime.api import MismatchError, PeerFailureError, ReduceOp
 from gcurun.runtime.engine import cycles as engine_cycles
+from gcurun.runtime.engine.auto_names import AUTO_NAMES
 from gcurun.runtime.engine.background import Engine, start_engine
-from gcurun.runtime.engine.calls import AUTO_NAMES
 from gcurun.runtime.frontend import async_ops as ops
 from gcurun.runtime.frontend.collectives import Collectives
 from gcurun.runtime.settings import RuntimeEnv

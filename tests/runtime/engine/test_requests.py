@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gcurun.runtime.api import ArgumentError, MismatchError, ReduceOp
 from gcurun.runtime.engine.requests import Agreed, Op, OpKind, agree, describe, disagreement_error
@@ -27,8 +28,6 @@ def test_allgather_rows_and_alltoall_splits_per_rank() -> None:
     gathered = agree({0: desc(0, OpKind.ALLGATHER, (2, 3)), 1: desc(1, OpKind.ALLGATHER,
                                                                     (5, 3))}, 2)
     assert gathered.shape == (3,) and gathered.rows == (2, 5)
-    joined = agree({1: desc(1, OpKind.ALLGATHER, (5, 3))}, 2, frozenset({0}))
-    assert joined.rows == (0, 5)
     a2a = agree({r: desc(r, OpKind.ALLTOALL, (3, 2), splits=(r, 3 - r)) for r in (0, 1)}, 2)
     assert a2a.splits == ((0, 3), (1, 2))
 
@@ -43,14 +42,26 @@ def test_mismatches_name_every_rank() -> None:
     assert "rank 1: prescale_factor=1 postscale_factor=2" in str(error)
 
 
-def test_argument_errors_and_a_joined_root() -> None:
+def test_argument_errors() -> None:
     bad = desc(1)
     bad["error"] = "splits=[9] must be 2 non-negative integers"
     error = agree({0: desc(0), 1: bad}, 2)
     assert isinstance(error, ArgumentError) and "rank 1: splits=[9]" in str(error)
-    error = agree({1: desc(1, OpKind.BROADCAST, root=0)}, 2, frozenset({0}))
+
+
+@pytest.mark.parametrize("kind", [OpKind.ALLGATHER, OpKind.ALLTOALL, OpKind.BROADCAST,
+                                  OpKind.BROADCAST_OBJECT, OpKind.ALLGATHER_OBJECT])
+def test_gathers_and_broadcasts_need_every_rank(kind: OpKind) -> None:
+    # Horovod's rule: with a joined rank only the reductions go on.
+    error = agree({1: desc(1, kind, (4, 3), root=1)}, 3, frozenset({0, 2}))
     assert isinstance(error, ArgumentError)
-    assert "root rank 0 has called join() and cannot broadcast" in str(error)
+    assert f"{kind.label} 't': rank(s) 0, 2 called join()" in str(error)
+
+
+@pytest.mark.parametrize("kind", [OpKind.ALLREDUCE, OpKind.REDUCESCATTER])
+def test_reductions_go_on_without_joined_ranks(kind: OpKind) -> None:
+    agreed = agree({1: desc(1, kind, (4, 3))}, 2, frozenset({0}))
+    assert isinstance(agreed, Agreed) and agreed.shape == (4, 3)
 
 
 # -- the one error every rank raises when the ranks' calls disagree -----------------

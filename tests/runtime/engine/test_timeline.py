@@ -4,15 +4,21 @@ summary, and ``gcurun timeline summary``."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from gcurun.cli.timeline import timeline as timeline_cli
 from gcurun.errors import UsageError
+from gcurun.runtime.api import ReduceOp
+from gcurun.runtime.engine.background import Engine
 from gcurun.runtime.engine.timeline import Timeline, timeline_path
+from gcurun.runtime.frontend.collectives import Collectives
 from gcurun.runtime.timeline_summary import format_summary, parse_trace, summarize
+from tests.runtime.engines import run_engines
 
 MS = 1_000_000
 
@@ -107,3 +113,37 @@ def test_the_cli_prints_the_summary_and_names_bad_files(tmp_path: Path) -> None:
     assert isinstance(done.exception, UsageError)
     assert str(done.exception) == (f"{junk}: not a Chrome trace (JSON array of events); "
                                    "give the file GCURUN_TIMELINE named")
+
+
+def test_the_timeline_starts_switches_and_stops_while_the_engines_run(tmp_path: Path) -> None:
+    # Horovod's start_timeline/stop_timeline: rank 0 writes; a new file closes the old one
+    # complete; the same file again goes on.
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+
+    def body(engine: Engine) -> None:
+        comm = Collectives(engine)
+        comm.allreduce(np.ones(3), ReduceOp.SUM, 1.0, 1.0, "before")
+        engine.set_timeline(str(first), mark_cycles=True)
+        comm.allreduce(np.ones(3), ReduceOp.SUM, 1.0, 1.0, "in.first")
+        comm.barrier()
+        engine.set_timeline(str(second), mark_cycles=False)
+        comm.allreduce(np.ones(3), ReduceOp.SUM, 1.0, 1.0, "in.second")
+        engine.set_timeline(str(second), mark_cycles=False)
+        comm.allreduce(np.ones(3), ReduceOp.SUM, 1.0, 1.0, "in.second.again")
+        engine.set_timeline(None)
+        comm.allreduce(np.ones(3), ReduceOp.SUM, 1.0, 1.0, "after")
+
+    run_engines(2, body)
+    one, two = json.loads(first.read_text()), json.loads(second.read_text())
+
+    def rows(trace: list) -> set:
+        return {e["args"]["name"] for e in trace if e["name"] == "process_name"}
+
+    assert rows(one) >= {"in.first"} and not rows(one) & {"before", "in.second", "after"}
+    assert rows(two) >= {"in.second", "in.second.again"} and "after" not in rows(two)
+    assert any(e["name"] == "CYCLE_START" for e in one)
+    assert not any(e["name"] == "CYCLE_START" for e in two)
+    assert {"NEGOTIATE_ALLREDUCE", "ALLREDUCE"} <= {e["name"] for e in one}
+    start = one[0]["args"]["start_time_since_epoch_in_micros"]
+    assert abs(start / 1e6 - time.time()) < 3600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.json", "second.json"]

@@ -31,6 +31,8 @@ def main() -> None:
     odds = hvd.add_process_set([k for k in range(p) if k % 2 == 1]) if p > 1 else None
     mine = evens if r % 2 == 0 else odds
     assert mine is not None
+    tally.ok(hvd.process_sets() == [hvd.global_process_set, evens] + ([odds] if odds else []),
+             "the registry")
     members = mine.ranks or []
     tally.ok(mine.included() and mine.size() == len(members)
              and mine.rank() == members.index(r), "membership")
@@ -96,6 +98,7 @@ def main() -> None:
     tally.ok(hvd.remove_process_set(evens) and not hvd.remove_process_set(evens), "remove")
     if odds is not None:
         hvd.remove_process_set(odds)
+    tally.ok(hvd.process_sets() == [hvd.global_process_set], "the registry after removal")
     expect(tally, ValueError, lambda: hvd.allreduce(np.ones(1), process_set=evens),
            "is not registered")
     hvd.shutdown()

@@ -25,6 +25,10 @@ def main() -> None:
     members = [k for k in range(p) if k % 2 == 0]
     even = hvd.add_process_set(members)
     checks.ok(even.included() == (r in members), "included()")
+    set_id = even.process_set_id
+    checks.ok(int(hvd.size_op(process_set_id=set_id)) == len(members), "size_op of a set")
+    checks.ok(int(hvd.process_set_included_op(process_set_id=set_id)) == (r in members),
+              "process_set_included_op of a set")
     mine = tf.fill([2, 3], float(r + 1))
     want_sum = float(sum(k + 1 for k in members))
     if r in members:
