@@ -55,6 +55,11 @@ def _launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str,
     settings = load_settings(cli, params.get("profile"), environ)
     dry_run = bool(params.get("dry_run"))
     check_flags(params, settings)
+    from gcurun.cli.elastic import is_elastic, launch_elastic
+
+    if is_elastic(params):
+        return launch_elastic(command, settings, params, environ, stdout=stdout,
+                              stderr=stderr)
     with ssh_reports(stderr):
         job = prepare(command, settings, environ=environ,
                       connect=not dry_run or bool(params.get("preflight")),

@@ -113,6 +113,26 @@ def _options(func):
                      help="Warn about tensors not submitted by every rank (default 60)."),
         click.option("--stall-check-shutdown-seconds", type=float, metavar="S",
                      help="Shut the job down after a stall this long (default 0: never)."),
+        # Elastic jobs (Horovod Elastic)
+        click.option("--min-np", "--min-num-proc", "min_np", type=int, metavar="N",
+                     help="Elastic: the fewest ranks the job may run with."),
+        click.option("--max-np", "--max-num-proc", "max_np", type=int, metavar="N",
+                     help="Elastic: the most ranks (default -np, else unbounded)."),
+        click.option("--host-discovery-script", metavar="PATH",
+                     help="Elastic: a program printing one 'host:slots' per line; "
+                          "polled every second."),
+        click.option("--slots", "--slots-per-host", "slots", type=int, metavar="N",
+                     help="Elastic: slots of a bare host line of the discovery script."),
+        click.option("--reset-limit", type=int, metavar="N",
+                     help="Elastic: the most times the job may re-form (default: any)."),
+        click.option("--elastic-timeout", type=float, metavar="S",
+                     help="Elastic: how long to wait for slots and re-joins (default 600)."),
+        click.option("--blacklist-cooldown-range", type=(int, int), metavar="MIN MAX",
+                     help="Elastic: a failed host may come back after a cooldown between "
+                          "MIN and MAX seconds (default: never)."),
+        click.option("--liveness-timeout", type=float, metavar="S",
+                     help="Elastic: seconds a silent connection may last before it "
+                          "counts as broken (default 10)."),
         click.option("--hierarchical-allreduce/--no-hierarchical-allreduce", default=None,
                      help="Two-level allreduce (shared memory in a host, rings across "
                           "hosts) always / never (default: when faster)."),

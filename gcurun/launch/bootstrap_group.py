@@ -4,7 +4,9 @@ it runs, the job sent to it in messages of bounded size, its frames turned into 
 Two executors use it: the ranks of each SSH host (:mod:`gcurun.launch.ssh.rank_group`)
 and the ranks of this host (:mod:`gcurun.launch.local_group`), whose bootstrap runs over
 pipes. Either way a stop is one ``terminate`` message, and a launcher that dies closes the
-channel, on which the bootstrap stops every rank.
+channel, on which the bootstrap stops every rank. A channel that goes silent instead (a
+cut link) is covered by :meth:`BootstrapGroup.keep_alive`: pings from here, and a
+bootstrap that fences itself when they stop.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ TERMINATE_SLACK = 5.0
 BATCH_BYTES = 256 * 1024
 BATCH_RANKS = 512
 SEND_WAIT_SECONDS = 5.0   # a message waits this long for the one being written
+PING_SECONDS = 1.0        # between two pings to a bootstrap that fences itself
+FENCE_SLACK = 5.0         # a bootstrap fences itself after the liveness timeout plus this
 
 
 def binding_message(binding: Binding | None) -> dict[str, Any] | None:
@@ -56,14 +60,17 @@ def shared_environment(envs: Iterable[Mapping[str, str]]) -> dict[str, str]:
 
 
 def job_messages(ranks: Sequence[RankSpec], argv: Mapping[int, Sequence[str]], *,
-                 workdir: str, kill_grace: float,
-                 secrets: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+                 workdir: str, kill_grace: float, secrets: Mapping[str, str],
+                 fence_after: float | None = None) -> Iterator[dict[str, Any]]:
     """The messages that give a bootstrap its job: one ``job`` (working directory, the
-    environment every rank shares, the secrets, the first ranks), then ``ranks`` messages
-    with the rest; ``more`` tells whether another follows."""
+    environment every rank shares, the secrets, the first ranks, and ``fence_after`` when
+    the launcher pings), then ``ranks`` messages with the rest; ``more`` tells whether
+    another follows."""
     shared = shared_environment(r.env for r in ranks)
     head: dict[str, Any] = {"op": "job", "workdir": workdir, "kill_grace": kill_grace,
                             "secrets": dict(secrets), "env": shared}
+    if fence_after is not None:
+        head["fence_after"] = fence_after
     batch: list[dict[str, Any]] = []
     size = 0
     for r in ranks:
@@ -102,6 +109,7 @@ class BootstrapGroup:
         self._terminating = False
         self._all_sent = False
         self._error: str | None = None
+        self._fence_after: float | None = None
         self.leftover = b""                   # frames that came with the hello line
 
     # -- the RankGroup protocol -------------------------------------------------------------
@@ -118,9 +126,20 @@ class BootstrapGroup:
                 self._reader.start()
                 threading.Thread(target=self._feed, daemon=True,
                                  name=f"bootstrap-{self.host}-job").start()
+                if self._fence_after is not None:
+                    threading.Thread(target=self._ping, args=(self._reader,), daemon=True,
+                                     name=f"bootstrap-{self.host}-ping").start()
             except BaseException:
                 self._close()
                 raise
+
+    def keep_alive(self, liveness: float) -> None:
+        """Before :meth:`start`: ping the bootstrap every second, and have it fence itself
+        (stop its ranks and exit) after ``liveness`` + FENCE_SLACK seconds without a word
+        from this launcher. Subclasses also make the kernel report the channel broken after
+        ``liveness`` seconds of silence (:meth:`_watch_liveness`)."""
+        self._fence_after = liveness + FENCE_SLACK
+        self._watch_liveness(liveness)
 
     def terminate(self, grace_seconds: float) -> None:
         with self._lock:
@@ -146,7 +165,8 @@ class BootstrapGroup:
     def job_messages(self) -> Iterator[dict[str, Any]]:
         """What the bootstrap is told: everything about the ranks, nothing on argv."""
         return job_messages(self._ranks, self._argv(), workdir=self._workdir,
-                            kill_grace=self._kill_grace, secrets=self._secrets)
+                            kill_grace=self._kill_grace, secrets=self._secrets,
+                            fence_after=self._fence_after)
 
     # -- for subclasses ---------------------------------------------------------------------
     def _open(self) -> None:
@@ -160,6 +180,9 @@ class BootstrapGroup:
 
     def _close(self) -> None:
         raise NotImplementedError
+
+    def _watch_liveness(self, liveness: float) -> None:
+        """Make the channel's socket fail after ``liveness`` seconds of silence."""
 
     def _abandon(self) -> None:
         """The bootstrap did not go when its channel closed: end it the hard way."""
@@ -197,6 +220,13 @@ class BootstrapGroup:
                     "sending the job"
                 return
         self._all_sent = True
+
+    def _ping(self, reader: threading.Thread) -> None:
+        """Say "still here" every PING_SECONDS while the bootstrap's frames come."""
+        while reader.is_alive():
+            reader.join(PING_SECONDS)
+            if reader.is_alive():
+                self._send_message({"op": "ping"})   # a dead channel ends the reader too
 
     def _read(self, events: queue.Queue[Event]) -> None:
         frames = FrameReader()

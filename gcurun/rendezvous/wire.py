@@ -159,3 +159,24 @@ def check_proof(secret: bytes, label: bytes, server_nonce: bytes, client_nonce: 
     extra = proof[:extra_bytes]
     expected = mac(secret, label + b"-server", client_nonce, server_nonce, extra)
     return extra if same(proof[extra_bytes:], expected) else None
+
+
+def set_liveness(sock: socket.socket, seconds: float) -> None:
+    """Let the kernel declare ``sock`` broken after about ``seconds`` of silence from the
+    other end: keepalive probes for an idle connection, TCP_USER_TIMEOUT for one with
+    unacknowledged data (a cut link sends no RST or FIN). A no-op where the options
+    do not exist (not TCP, not Linux)."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    probe = max(1, int(seconds // 5))
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", probe), ("TCP_KEEPINTVL", probe),
+                        ("TCP_KEEPCNT", max(1, int(seconds // probe) - 1)),
+                        ("TCP_USER_TIMEOUT", int(seconds * 1000))):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    for level, option, value in options:
+        try:
+            sock.setsockopt(level, option, value)
+        except OSError:
+            pass

@@ -20,6 +20,7 @@ DEFAULT_TIMEOUT_SECONDS = 300.0
 DEFAULT_CHUNK_BYTES = 2 << 20
 DEFAULT_CACHE_CAPACITY = 1024
 DEFAULT_TIMELINE_MAX_MB = 1024.0
+DEFAULT_LIVENESS_SECONDS = 10.0
 
 # Variables that MPI launchers (mpirun of Open MPI, MPICH/Hydra, Intel MPI, MVAPICH,
 # srun with PMI/PMIx) set on every rank they start.
@@ -67,6 +68,10 @@ class RuntimeEnv:
     stall_check_shutdown_seconds: float = 0.0     # 0 disables the shutdown
     cache_capacity: int = DEFAULT_CACHE_CAPACITY  # GCURUN_CACHE_CAPACITY: negotiation cache
     timeline_max_mb: float = DEFAULT_TIMELINE_MAX_MB
+    # Elastic jobs: this process's worker id (GCURUN_ELASTIC_WORKER; None: not elastic)
+    # and how long a silent connection may last before it counts as broken.
+    elastic_worker: int | None = None
+    liveness_seconds: float = DEFAULT_LIVENESS_SECONDS  # GCURUN_LIVENESS_TIMEOUT_SECONDS
     # GCURUN_HIERARCHICAL_ALLREDUCE: two-level allreduce always (True), never (False), or
     # when the layout allows it and it is faster (None)
     hierarchical_allreduce: bool | None = None
@@ -92,6 +97,9 @@ def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
         rings=_flag(environ, "GCURUN_SHM", True),
         huge_pages=_flag(environ, "GCURUN_HUGE_PAGES", True),
         chunk_bytes=int(_positive(environ, "GCURUN_CHUNK_BYTES", DEFAULT_CHUNK_BYTES)),
+        elastic_worker=_int(environ, "GCURUN_ELASTIC_WORKER", 0),
+        liveness_seconds=_positive(environ, "GCURUN_LIVENESS_TIMEOUT_SECONDS",
+                                   DEFAULT_LIVENESS_SECONDS),
         **_engine_knobs(environ),
     )
 

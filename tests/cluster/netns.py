@@ -218,3 +218,47 @@ def stop_on_signals(name: str) -> None:
                 raise SystemExit(128 + sig)
 
         signal.signal(signum, handler)
+
+
+def host_link(cluster: NetnsCluster, host: str) -> str:
+    """The bridge's end of ``host``'s link (its veth in this machine's namespace)."""
+    return f"{cluster.name}v{int(host.removeprefix('h'))}"
+
+
+def link_down(cluster: NetnsCluster, host: str) -> None:
+    """Cut ``host``'s link as a pulled cable does: nothing more passes, and nothing (no
+    FIN, no RST) tells either side. Raises RuntimeError with ip's message."""
+    _ip_link(host_link(cluster, host), "down")
+
+
+def link_up(cluster: NetnsCluster, host: str) -> None:
+    _ip_link(host_link(cluster, host), "up")
+
+
+def _ip_link(device: str, state: str) -> None:
+    done = subprocess.run(["ip", "link", "set", device, state], capture_output=True,
+                          text=True, timeout=SCRIPT_SECONDS)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip link set {device} {state} failed: {done.stderr.strip()}")
+
+
+def processes_in(host: NetnsHost, *marks: str) -> list[int]:
+    """Pids of live processes inside ``host`` (its network namespace; the hosts share
+    this machine's pid namespace) whose command line holds one of ``marks``."""
+    inode = host.net_namespace_inode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/net").st_ino != inode:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                zombie = f.read().rsplit(b")", 1)[-1].split()[0] == b"Z"
+        except OSError:
+            continue
+        if not zombie and any(m in cmdline for m in marks):
+            found.append(int(entry))
+    return found

@@ -7,7 +7,8 @@ import logging
 import socket
 import time
 
-from gcurun.rendezvous.server import REFUSALS_SHOWN, RendezvousServer, new_secret
+from gcurun.rendezvous.server import RendezvousServer, new_secret
+from gcurun.rendezvous.serving import REFUSALS_SHOWN
 
 
 def still_open(sock: socket.socket) -> bool:

@@ -20,11 +20,18 @@ command line:
    and starts no more. The end of stdin means the launcher or its connection is gone:
    every rank's group is stopped the same way, so no rank outlives a dead launcher. A
    signal to the bootstrap itself (SIGTERM, SIGINT, SIGHUP) stops them too, after a
-   ``stopped`` frame that tells the launcher why.
+   ``stopped`` frame that tells the launcher why. A cut link delivers no end of stdin:
+   when the job gives ``fence_after`` (seconds), the launcher pings and a bootstrap that
+   has heard nothing for that long (or could write nothing for that long) *fences
+   itself*: it stops every rank the same way and exits, so no rank outlives a host's
+   lost link.
 5. A guard process, forked before the first rank starts, learns each rank's process
    group; if the bootstrap dies without saying it is done (SIGKILL), the guard stops
    those groups, so even the ranks' own children do not outlive it. (The ranks
    themselves get SIGKILL from the kernel when the bootstrap dies: PR_SET_PDEATHSIG.)
+6. When a rank exits, what is left of its process group (forked DataLoader workers,
+   helpers) is killed at once: it would hold the rank's sockets and pipes open, so its
+   peers and the launcher would not see the rank go.
 
 The launcher runs its own host's ranks under a bootstrap too, over pipes.
 
@@ -35,20 +42,19 @@ interpreter and gcurun can be assumed.
 from __future__ import annotations
 
 import collections
-import errno
 import json
 import os
 import selectors
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from gcurun.launch.remote.mpi_guard import death_signal_setter, signal_group
+from gcurun.launch.remote.guard import Guard, group_alive
+from gcurun.launch.remote.mpi_guard import signal_group
 from gcurun.launch.remote.protocol import (
     ERROR,
     EXIT,
@@ -60,48 +66,20 @@ from gcurun.launch.remote.protocol import (
     hello_line,
     pack_frame,
 )
+from gcurun.launch.remote.spawning import (
+    binding_argv,
+    child_setup,
+    merged_environment,
+    spawn_failure,
+)
 from gcurun.rendezvous.wire import WireError
 
 # After a rank exits, output still held in its pipes by a grandchild is awaited this long.
 PIPE_DRAIN_SECONDS = 2.0
 DEFAULT_KILL_GRACE = 3.0
-POLL_SECONDS = 0.05
 # Ranks are started for at most this long before the loop looks at its channel and signals.
 SPAWN_SLICE_SECONDS = 0.02
-GUARD_NAME = b"gcurun-guard"
-_PR_SET_NAME = 15
-
-
-def merged_environment(base: Mapping[str, str], rank_env: Mapping[str, str],
-                       secrets: Mapping[str, str],
-                       shared: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A rank's environment: the login (or launcher's) environment, then the variables
-    all ranks of the job share, then the rank's own, then the secrets."""
-    return {**base, **(shared or {}), **rank_env, **secrets}
-
-
-def binding_argv(argv: Sequence[str], binding: Mapping[str, Any] | None,
-                 which: Callable[[str], str | None] = shutil.which) -> list[str]:
-    """``argv`` under ``numactl --membind`` when the binding asks for memory binding to a
-    NUMA node and numactl exists on this host; else ``argv`` itself."""
-    if binding and binding.get("mem_bind") and binding.get("numa_node") is not None:
-        numactl = which("numactl")
-        if numactl:
-            return [numactl, f"--membind={binding['numa_node']}", "--", *argv]
-    return list(argv)
-
-
-def child_setup(cpus: Sequence[int] | None) -> Callable[[], None]:
-    """What a rank's child process does before exec: die with the bootstrap (so even a
-    killed bootstrap leaves no rank behind) and take its CPUs."""
-    die_with_parent = death_signal_setter(signal.SIGKILL)
-
-    def setup() -> None:
-        die_with_parent()
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-
-    return setup
+FENCED_EXIT_CODE = 3      # the bootstrap's own status after it fenced itself
 
 
 class Rank:
@@ -113,105 +91,6 @@ class Rank:
         self.pipes: dict[int, int] = {}    # fd -> frame kind
         self.exited_at: float | None = None
         self.reported = False
-
-
-class Guard:
-    """The bootstrap's end of its guard process (see the module's docstring, point 5).
-
-    The guard reads one line per event from a pipe: ``PGID`` (a rank's group started),
-    ``-PGID`` (that group is gone), ``done`` (the bootstrap stopped everything itself).
-    The end of the pipe without ``done`` means the bootstrap died: SIGTERM to every group
-    it knows, ``grace`` seconds, SIGKILL.
-    """
-
-    def __init__(self, grace: float) -> None:
-        read_fd, self.fd = os.pipe()
-        try:
-            self.pid = os.fork()
-        except OSError:
-            os.close(read_fd)
-            os.close(self.fd)
-            raise
-        if self.pid == 0:   # the guard
-            code = 0
-            try:
-                os.close(self.fd)
-                _become_guard(read_fd)
-                guard_groups(read_fd, grace)
-            except BaseException:
-                code = 1
-            finally:
-                os._exit(code)
-        os.close(read_fd)
-
-    def tell(self, line: str) -> None:
-        try:
-            os.write(self.fd, line.encode() + b"\n")
-        except OSError:
-            pass   # the guard is gone; the bootstrap goes on without it
-
-    def done(self) -> None:
-        self.tell("done")
-        os.close(self.fd)
-        try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
-
-
-def _become_guard(keep: int) -> None:
-    """Leave the bootstrap's session and every descriptor but ``keep``: the guard must
-    not hold the launcher's channel open, nor get the signals meant for the bootstrap."""
-    os.setsid()
-    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
-    signal.set_wakeup_fd(-1)
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 65536)
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(_PR_SET_NAME, GUARD_NAME, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-def guard_groups(fd: int, grace: float) -> None:
-    """The guard's loop: track the groups named on ``fd``; stop them if it ends early."""
-    groups: set[int] = set()
-    pending = b""
-    while True:
-        data = os.read(fd, 4096)
-        if not data:
-            break
-        *lines, pending = (pending + data).split(b"\n")
-        for line in lines:
-            if line == b"done":
-                return
-            if line.startswith(b"-"):
-                groups.discard(int(line[1:]))
-            elif line:
-                groups.add(int(line))
-    for group in groups:
-        signal_group(group, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(group_alive(g) for g in groups):
-        time.sleep(POLL_SECONDS)
-    for group in groups:
-        signal_group(group, signal.SIGKILL)
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Bootstrap:
@@ -238,18 +117,34 @@ class Bootstrap:
         self.guard: Guard | None = None
         self.messages = MessageReader()
         self.hostname = socket.gethostname()
+        self.fence_after: float | None = None   # seconds of silence that fence this host
+        self.heard_at = clock()                 # the launcher's last message
+        self.fenced = False
 
     # -- the channel --------------------------------------------------------------------
     def send(self, data: bytes) -> None:
-        """Write to the launcher; once the channel is gone, stop the ranks instead."""
+        """Write to the launcher; once the channel is gone, stop the ranks instead.
+        With ``fence_after``, a write that cannot progress for that long fences the host
+        (a cut link fills every buffer on the way and then blocks forever)."""
         view = memoryview(data)
         while self.channel_open and view:
             try:
                 view = view[os.write(self.stdout_fd, view):]
-            except InterruptedError:
-                continue
+            except (InterruptedError, BlockingIOError):
+                if self.fence_after is not None and not writable(self.stdout_fd,
+                                                                 self.fence_after):
+                    self.fence()   # could write nothing for fence_after seconds
             except OSError:
                 self.lose_channel()
+
+    def fence(self) -> None:
+        """The launcher is unreachable: stop every rank, send nothing more, exit.
+        Nothing is written, not even to stderr: the channel is what is stuck."""
+        if self.fenced:
+            return
+        self.fenced = True
+        self.channel_open = False
+        self.stop(self.kill_grace)
 
     def lose_channel(self) -> None:
         if self.channel_open:
@@ -284,6 +179,10 @@ class Bootstrap:
                 return False
         self.secrets = job.get("secrets", {})
         self.shared_env = job.get("env", {})
+        if job.get("fence_after") is not None:
+            self.fence_after = float(job["fence_after"])
+            self.heard_at = self.clock()
+            os.set_blocking(self.stdout_fd, False)
         self.take(job)
         return True
 
@@ -381,7 +280,7 @@ class Bootstrap:
             signal_group(r.proc.pid, signal.SIGKILL)
         if self.guard is not None:
             self.guard.done()
-        return 0
+        return FENCED_EXIT_CODE if self.fenced else 0
 
     def on_signal(self, signum: int) -> None:
         """The bootstrap itself was told to stop: say so, then stop every rank."""
@@ -399,6 +298,8 @@ class Bootstrap:
 
     def tick(self) -> None:
         now = self.clock()
+        if self.fence_after is not None and now - self.heard_at > self.fence_after:
+            self.fence()   # heard nothing from the launcher for fence_after seconds
         if self.kill_at is not None and now >= self.kill_at and not self.killed:
             self.killed = True
             for r in self.ranks.values():
@@ -422,6 +323,7 @@ class Bootstrap:
                 os.waitpid(info.si_pid, 0)
                 continue
             r.proc.wait()
+            signal_group(r.proc.pid, signal.SIGKILL)   # its forked children go with it
             r.exited_at = self.clock()
             self.running.discard(r)
             self.draining.add(r)
@@ -467,6 +369,7 @@ class Bootstrap:
             self.selector.unregister(self.stdin_fd)
             self.lose_channel()
             return
+        self.heard_at = self.clock()
         self.obey(self.messages.feed(data))
 
     def obey(self, messages: Iterator[dict[str, Any]]) -> None:
@@ -475,6 +378,14 @@ class Bootstrap:
                 self.stop(float(message.get("grace", self.kill_grace)))
             elif message.get("op") == "ranks":
                 self.take(message)
+            # "ping" says only that the launcher is there (heard_at is renewed)
+
+
+def writable(fd: int, seconds: float) -> bool:
+    """Whether ``fd`` can take bytes within ``seconds``."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_WRITE)
+        return bool(sel.select(seconds))
 
 
 def drain(fd: int) -> bytes:
@@ -486,26 +397,6 @@ def drain(fd: int) -> bytes:
     except OSError:
         pass
     return data
-
-
-def spawn_failure(program: str, exc: BaseException, path: str, host: str) -> tuple[int, str]:
-    """Exit code and message for a rank that could not be started (127 / 126, as a
-    shell would say)."""
-    if isinstance(exc, FileNotFoundError):
-        return 127, (f"cannot run '{program}' on {host}: no such program on PATH "
-                     f"({path}); install it there or give its full path")
-    if isinstance(exc, PermissionError):
-        if os.path.isdir(program):
-            return 126, (f"cannot run '{program}' on {host}: it is a directory; give the "
-                         "program to run in it")
-        return 126, f"cannot run '{program}' on {host}: permission denied"
-    if isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.EMFILE, errno.ENFILE):
-        return 1, (f"cannot run '{program}' on {host}: {exc.strerror}; the host's limit on "
-                   "processes or open files (ulimit -u / -n, a cgroup's pids.max) is "
-                   "reached: start fewer ranks there or raise the limit")
-    if isinstance(exc, subprocess.SubprocessError):
-        return 1, f"cannot apply the CPU binding on {host} before running '{program}': {exc}"
-    return 1, f"cannot run '{program}' on {host}: {exc}"
 
 
 def main() -> int:

@@ -18,7 +18,7 @@ from gcurun.launch.api import RankGroup, RankSpec
 from gcurun.launch.bootstrap_group import BootstrapGroup
 from gcurun.launch.remote.rank_env import ANY_ADDRESS
 from gcurun.launch.ssh.preflight import HostSession, drain_stderr, remote_hosts
-from gcurun.rendezvous.wire import show_address
+from gcurun.rendezvous.wire import set_liveness, show_address
 
 if TYPE_CHECKING:
     from gcurun.launch.prepare import PreparedJob
@@ -48,6 +48,13 @@ class SSHRankGroup(BootstrapGroup):
 
     def _send(self, data: bytes) -> None:
         self.session.channel.sendall(data)
+
+    def _watch_liveness(self, liveness: float) -> None:
+        # With a ProxyCommand or a jump host there is no socket of ours to the host: the
+        # bootstrap's fencing still covers it, the launcher's side waits on the channel.
+        sock = getattr(self.session.connection.transport, "sock", None)
+        if isinstance(sock, socket.socket):
+            set_liveness(sock, liveness)
 
     def _recv(self) -> bytes:
         return bytes(self.session.channel.recv(65536))

@@ -236,6 +236,11 @@ def _init_tcp(env: RuntimeEnv) -> _State:
     if missing or facts is None or env.rendezvous is None or env.secret is None:
         raise UsageError(f"the tcp backend needs {', '.join(missing)}, which gcurun's launcher "
                          "sets; start the job with gcurun, or unset GCURUN_BACKEND")
+    if env.elastic_worker is not None:
+        # An elastic job: the launcher's driver gives this worker its rank and size.
+        from gcurun.runtime.elastic.membership import open_elastic
+
+        return open_elastic(env, hostname(env))
     _generation += 1
     opened = open_transport("tcp", env, range(facts.size), facts.rank,
                             hostname=hostname(env), generation=_generation,

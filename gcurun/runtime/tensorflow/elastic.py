@@ -1,68 +1,40 @@
-"""Training state that ranks commit, restore and synchronize (Horovod's elastic state
-objects, ``hvd.elastic.TensorFlowState`` and ``TensorFlowKerasState``).
+"""Elastic training for TensorFlow (Horovod's ``horovod.tensorflow.elastic``): the state
+objects and ``run``, on the framework-neutral elastic loop (:mod:`gcurun.runtime.elastic`).
 
-gcurun does not re-form a job yet: :func:`run` synchronizes the state from rank 0 and
-calls the training function once; a failed rank ends the job. The state objects work
-as in Horovod: ``commit()`` takes a snapshot, ``restore()`` returns to it, ``sync()``
-gives every rank rank 0's values and snapshots them.
+``TensorFlowState`` commits, restores and synchronizes TensorFlow variables (eager, or
+in a session) beside plain values; ``TensorFlowKerasState`` those of a Keras model and
+its optimizer. ``run`` wraps a training function: on a lost peer the last commit is
+restored, the job re-forms in this process (``shutdown(); init()``) and the function
+runs again after the reset callbacks and ``state.sync()``; hosts added or removed
+interrupt it at a ``commit()`` without restoring. Outside an elastic job the state is
+synchronized once and the function runs once.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-import gcurun.runtime as runtime
-from gcurun.runtime.tensorflow.functions import broadcast_object, broadcast_variables
+from gcurun.errors import CollectiveError, CollectiveTimeout, PeerFailureError
+from gcurun.runtime.elastic import (
+    HostsUpdatedInterrupt,
+    HostUpdateResult,
+    ObjectState,
+    RendezvousLost,
+    State,
+    WorkerRemoved,
+    run_fn,
+)
+from gcurun.runtime.tensorflow import basics
+from gcurun.runtime.tensorflow.functions import broadcast_variables
 
-
-class ObjectState:
-    """Named Python values (``ObjectState(epoch=0, batch=0)``) as attributes, snapshot by
-    :meth:`save`/:meth:`commit`, returned to by :meth:`restore`."""
-
-    def __init__(self, **kwargs: Any):
-        self._saved_state = dict(kwargs)
-        self._reset_callbacks: list[Callable[[], None]] = []
-        self._set_attrs()
-
-    def _set_attrs(self) -> None:
-        for attr, value in self._saved_state.items():
-            setattr(self, attr, value)
-
-    def register_reset_callbacks(self, callbacks: Sequence[Callable[[], None]]) -> None:
-        """Functions called after the state was restored and synchronized on a reset."""
-        self._reset_callbacks.extend(callbacks)
-
-    def on_reset(self) -> None:
-        self.restore()
-        self.sync()
-        for callback in self._reset_callbacks:
-            callback()
-
-    def save(self) -> None:
-        self._saved_state = {attr: getattr(self, attr) for attr in self._saved_state}
-
-    def restore(self) -> None:
-        self._set_attrs()
-
-    def commit(self) -> None:
-        """Snapshot the state: a later :meth:`restore` returns to it."""
-        self.save()
-        self.check_host_updates()
-
-    def check_host_updates(self) -> None:
-        """Nothing to check: gcurun does not change a job's hosts while it runs."""
-
-    def sync(self) -> None:
-        """Make every rank's values rank 0's, and snapshot them."""
-        if self._saved_state:
-            self._saved_state = broadcast_object(self._saved_state, 0,
-                                                 name="gcurun.elastic.state")
-            self._set_attrs()
+# What a graph's collective op says when the runtime's error crossed tf.numpy_function
+# (which keeps only the class name and the message): these re-form the job.
+RECOVERABLE_NAMES = (PeerFailureError.__name__, CollectiveTimeout.__name__,
+                     "HorovodInternalError")
 
 
 class TensorFlowState(ObjectState):
@@ -109,7 +81,9 @@ class TensorFlowState(ObjectState):
 
 
 class TensorFlowKerasState(TensorFlowState):
-    """:class:`TensorFlowState` of a Keras model's and its optimizer's variables."""
+    """:class:`TensorFlowState` of a Keras model's and its optimizer's variables. On a
+    reset the model's compiled functions are dropped: they were traced for the old
+    size (an average divides by it), and ``fit`` traces them anew."""
 
     def __init__(self, model: Any, optimizer: Any = None, backend: Any = None,
                  **kwargs: Any):
@@ -121,14 +95,45 @@ class TensorFlowKerasState(TensorFlowState):
             variables += list(found() if callable(found) else found)
         super().__init__(variables, **kwargs)
 
+    def reset(self) -> None:
+        for attr in ("train_function", "test_function", "predict_function"):
+            if getattr(self.model, attr, None) is not None:
+                setattr(self.model, attr, None)
+
+
+def recoverable_error(exc: BaseException) -> BaseException:
+    """``exc`` as the runtime's recoverable error when it is a TensorFlow error that
+    carried one out of a graph (tf.numpy_function keeps only its name and message);
+    ``exc`` itself otherwise."""
+    if isinstance(exc, tf.errors.OpError) and not isinstance(exc, CollectiveError) and \
+            any(f"{name}:" in (exc.message or "") for name in RECOVERABLE_NAMES):
+        error = PeerFailureError(exc.message)
+        error.__cause__ = exc
+        return error
+    return exc
+
+
+def _reset() -> None:
+    basics.shutdown()
+    basics.init()
+
 
 def run(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate a training function taking the state first: the state is synchronized
-    from rank 0, then the function runs."""
-    @functools.wraps(func)
-    def wrapper(state: ObjectState, *args: Any, **kwargs: Any) -> Any:
-        if not runtime.is_initialized():
-            raise runtime.NotInitializedError("elastic.run")
-        state.sync()
-        return func(state, *args, **kwargs)
-    return wrapper
+    """Decorate ``func(state, ...)`` (Horovod's ``hvd.elastic.run``); see the module's
+    docstring."""
+    def unwrapped(state: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(state, *args, **kwargs)
+        except tf.errors.OpError as exc:
+            error = recoverable_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
+    unwrapped.__name__ = getattr(func, "__name__", "train")
+    unwrapped.__doc__ = func.__doc__
+    return run_fn(unwrapped, _reset)
+
+
+__all__ = ["HostUpdateResult", "HostsUpdatedInterrupt", "ObjectState", "RendezvousLost",
+           "State", "TensorFlowKerasState", "TensorFlowState", "WorkerRemoved",
+           "recoverable_error", "run"]

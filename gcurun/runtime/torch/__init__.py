@@ -21,6 +21,8 @@ from gcurun.runtime.api import (
     NotInitializedError,
     PeerFailureError,
 )
+from gcurun.runtime.elastic import HostsUpdatedInterrupt
+from gcurun.runtime.torch import elastic  # hvd.elastic
 from gcurun.runtime.torch.basics import (
     ccl_built,
     cross_rank,
@@ -98,6 +100,7 @@ from gcurun.runtime.torch.process_sets import (
 from gcurun.runtime.torch.sync_batch_norm import SyncBatchNorm
 
 __all__ = [
+    "HostsUpdatedInterrupt", "elastic",
     "Adasum", "ArgumentError", "Average", "CollectiveTimeout", "Compression",
     "DistributedOptimizer", "HorovodInternalError", "Max", "Min", "MismatchError",
     "NotInitializedError", "PeerFailureError", "ProcessSet", "Product", "Sum", "SyncBatchNorm",

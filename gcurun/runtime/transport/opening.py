@@ -71,7 +71,9 @@ def open_transport(backend: str, env: RuntimeEnv, ranks: Sequence[int], rank: in
                              hostname=hostname, rendezvous=(str(address[0]), int(address[1])),
                              secret=secret, timeout=env.timeout_seconds, cma=env.cma,
                              rings=env.rings, interface=env.network_interface,
-                             single_host=single_host)
+                             single_host=single_host,
+                             liveness=env.liveness_seconds if env.elastic_worker is not None
+                             else None)
     opened.closers.insert(0, transport.close)
     try:
         opened.peers = transport.start()

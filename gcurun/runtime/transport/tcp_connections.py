@@ -59,12 +59,14 @@ class Connections:
     def __init__(self, *, rank: int, size: int, generation: int, hostname: str,
                  rendezvous: tuple[str, int], secret: bytes, timeout: float, cma: bool,
                  rings: bool = True, interface: str | None = None,
-                 single_host: bool = False):
+                 single_host: bool = False, liveness: float | None = None):
         """``interface`` (a NAME or a CIDR) restricts the addresses offered to peers on
         other hosts to that network's; ``single_host`` says that every rank is on this
         host (the launcher planned so), so only the address on the route to the
-        rendezvous is offered."""
+        rendezvous is offered; ``liveness`` (seconds) has the kernel report a peer's TCP
+        link broken after that long without a word from it (a cut link sends nothing)."""
         self.rank, self.size = rank, size
+        self.liveness = liveness
         self.interface = interface
         self.single_host = single_host
         self._own: list[str] = []           # every address of this host
@@ -215,6 +217,8 @@ class Connections:
 
     def _adopt(self, link: Link) -> None:
         _tune(link.sock)
+        if self.liveness is not None:
+            wire.set_liveness(link.sock, self.liveness)
         with self._ready:
             if link.peer in self._links or self._closing:
                 link.close()

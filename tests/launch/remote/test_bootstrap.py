@@ -6,12 +6,18 @@ import json
 import os
 import signal
 import sys
+import threading
 
 import psutil
 import pytest
 
 from gcurun import __version__
-from gcurun.launch.remote.bootstrap import binding_argv, merged_environment, spawn_failure
+from gcurun.launch.remote.bootstrap import (
+    FENCED_EXIT_CODE,
+    binding_argv,
+    merged_environment,
+    spawn_failure,
+)
 from gcurun.launch.remote.protocol import (
     ERROR,
     EXIT,
@@ -89,7 +95,7 @@ def test_spawn_failures_read_like_a_shell():
 def job(ranks, **extra):
     return {"op": "job", "workdir": extra.pop("workdir", "/"),
             "kill_grace": extra.pop("kill_grace", 2.0), "secrets": extra.pop("secrets", {}),
-            "ranks": ranks}
+            "ranks": ranks, **extra}
 
 
 def rank(r, *argv, env=None, binding=None):
@@ -220,3 +226,49 @@ def test_a_terminate_before_the_job_starts_nothing(boot):
     boot.sendall(encode_message({"op": "terminate", "grace": 1}))
     assert read_frames(boot) == []
     assert boot.proc.wait(10) == 0
+
+
+def test_a_silent_launcher_fences_the_bootstrap_and_every_rank_dies(boot, tmp_path):
+    """A cut link ends no stdin: only the missing pings tell the bootstrap to go."""
+    marker = tmp_path / "pids"
+    script = f"sleep 60 & echo $$ $! > {marker}.tmp; mv {marker}.tmp {marker}; wait"
+    boot.sendall(encode_message(job([rank(0, "sh", "-c", script)], kill_grace=0.5,
+                                    fence_after=1.0)))
+    wait_for("the rank to start its child", marker.exists, 10)
+    pids = [int(p) for p in marker.read_text().split()]
+    assert survivors(pids, timeout=20) == []
+    assert boot.proc.wait(20) == FENCED_EXIT_CODE   # its stdin is still open
+
+
+def test_pings_keep_a_fencing_bootstrap_and_its_ranks(boot, tmp_path):
+    code = "import time; time.sleep(3); print('done', flush=True)"
+    boot.sendall(encode_message(job([rank(0, sys.executable, "-c", code)],
+                                    fence_after=1.0)))
+    stop = threading.Event()
+
+    def ping():
+        while not stop.wait(0.2):
+            try:
+                boot.sendall(encode_message({"op": "ping"}))
+            except OSError:
+                return
+
+    pinger = threading.Thread(target=ping, daemon=True)
+    pinger.start()
+    try:
+        frames = by_rank(read_frames(boot))
+    finally:
+        stop.set()
+        pinger.join(5)
+    assert stream(frames[0], STDOUT) == b"done\n"
+    assert json.loads(frames[0][-1][1]) == {"exit_code": 0, "signal": None}
+
+
+def test_a_ranks_forked_children_die_when_the_rank_exits(boot, tmp_path):
+    """A DataLoader worker left behind would hold the rank's sockets open."""
+    marker = tmp_path / "child"
+    script = f"sleep 60 & echo $! > {marker}.tmp; mv {marker}.tmp {marker}; exit 3"
+    boot.sendall(encode_message(job([rank(0, "sh", "-c", script)])))
+    frames = by_rank(read_frames(boot))
+    assert json.loads(frames[0][-1][1])["exit_code"] == 3
+    assert survivors([int(marker.read_text())], timeout=10) == []

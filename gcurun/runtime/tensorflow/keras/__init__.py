@@ -19,7 +19,6 @@ from gcurun.runtime import (
     NotInitializedError,
     PeerFailureError,
 )
-from gcurun.runtime.tensorflow import elastic
 from gcurun.runtime.tensorflow import mpi_ops as _ops
 from gcurun.runtime.tensorflow.basics import (
     ccl_built,
@@ -45,7 +44,7 @@ from gcurun.runtime.tensorflow.basics import (
 )
 from gcurun.runtime.tensorflow.compression import Compression
 from gcurun.runtime.tensorflow.functions import allgather_object, broadcast_object
-from gcurun.runtime.tensorflow.keras import callbacks
+from gcurun.runtime.tensorflow.keras import callbacks, elastic
 from gcurun.runtime.tensorflow.keras.optimizer import (
     DistributedOptimizer,
     keras_optimizer_class,

@@ -1,0 +1,8 @@
+"""Elastic jobs (Horovod Elastic's model): a driver that polls a host discovery script,
+blacklists failed hosts and re-forms the job in generations; surviving ranks are not
+restarted, they re-initialise in their own process and receive a new rank and size.
+
+:mod:`.config` (the settings and their checks), :mod:`.driver` (the decisions: a pure
+state machine over plain data), :mod:`.discovery` (parsing the script's output, and
+running it), :mod:`.runner` (the loop that performs the driver's actions).
+"""

@@ -1,0 +1,315 @@
+"""The elastic runner: one loop that feeds the driver events and performs its actions.
+
+Callbacks (executors' reader threads, the rendezvous thread, the discovery thread,
+signal handlers) only put events on one queue; the loop drains it, asks the driver
+what to do, and does it: start a batch of workers on a host (through the local or SSH
+executor, one rank group per batch, in a thread so the loop never waits on a host),
+stop a host's workers, publish a generation, notify the members, abort a generation,
+finish. Executors report workers by worker id in place of a rank (ranks change).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TextIO
+
+from gcurun.config.api import Settings
+from gcurun.errors import GcurunError, LaunchError
+from gcurun.hosts.api import HostSpec
+from gcurun.launch.api import ExecutorErrorEvent, ExitEvent, OutputEvent, RankGroup
+from gcurun.launch.bootstrap_group import BootstrapGroup
+from gcurun.launch.elastic import driver as d
+from gcurun.launch.elastic.config import DISCOVERY_TIMEOUT, ElasticConfig
+from gcurun.launch.elastic.discovery import DiscoveryError
+from gcurun.launch.remote.rank_env import (
+    ANY_ADDRESS,
+    RENDEZVOUS_VARIABLE,
+    SECRET_VARIABLE,
+    rank_environment,
+)
+from gcurun.launch.supervision.output import OutputSink
+from gcurun.launch.supervision.supervise import InterruptEvent, stop_groups
+
+EXIT_REPORT_SLACK = 10.0
+TICK_SECONDS = 0.2
+
+
+class ElasticJobFailed(GcurunError):
+    """An elastic job ended badly: ``exit_code`` is the driver's (the root cause's
+    code, 1 for the reset limit or too few slots, 128+N after a signal)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+Discover = Callable[[], tuple[HostSpec, ...]]
+
+
+class ElasticRunner:
+    """Runs ``command`` as an elastic job: ``discover()`` returns the hosts (it raises
+    DiscoveryError on failure); ``settings`` are the job's (output, grace, SSH, ...).
+    ``event_log``: a path for one JSON line per driver event. ``stderr`` gets one line
+    per generation, blacklisting and the end."""
+
+    def __init__(self, command: Sequence[str], settings: Settings, config: ElasticConfig,
+                 discover: Discover, sink: OutputSink, *, stderr: TextIO = sys.stderr,
+                 liveness: float = 10.0, event_log: str | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.command = tuple(command)
+        self.settings = settings
+        self.config = config
+        self.discover = discover
+        self.sink = sink
+        self.stderr = stderr
+        self.liveness = liveness
+        self.clock = clock
+        self.events: queue.Queue[Any] = queue.Queue()
+        self.driver = d.ElasticDriver(config, now=clock())
+        self.specs: dict[str, HostSpec] = {}
+        self.groups: dict[str, list[RankGroup]] = {}
+        self.stoppers: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._log = open(event_log, "a", encoding="utf-8") if event_log else None  # noqa: SIM115
+        self._started = clock()
+        self._wall = time.time()
+        self._secret = b""
+        self._port = 0
+        self._server: Any = None
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run the job to its end. Returns when it finished with code 0; raises
+        ElasticJobFailed otherwise, after stopping every worker on every host."""
+        from gcurun.launch.execute import signals_to, start_on_any_address
+        from gcurun.rendezvous.elastic import ElasticRendezvousServer
+        from gcurun.rendezvous.server import new_secret
+
+        self._secret = new_secret()
+        self._server = start_on_any_address(lambda host: ElasticRendezvousServer(
+            host, 0, secret=self._secret, on_event=self.events.put, liveness=self.liveness))
+        self._port = self._server.address[1]
+        poller = threading.Thread(target=self._poll_discovery, daemon=True,
+                                  name="elastic-discovery")
+        outcome: d.Finish | None = None
+        try:
+            with signals_to(self.events):
+                poller.start()
+                outcome = self._loop()
+        finally:
+            self._stop.set()
+            self._stop_everything()
+            self._server.close()
+            self.sink.finish_all()
+            if self._log is not None:
+                self._log.close()
+        if outcome.code != 0:
+            raise ElasticJobFailed(f"job failed: {outcome.message}", outcome.code)
+
+    def _loop(self) -> d.Finish:
+        while True:
+            try:
+                item = self.events.get(timeout=TICK_SECONDS)
+            except queue.Empty:
+                item = None
+            now = self.clock()
+            event = self._translate(item, now) if item is not None else d.Tick(now)
+            actions = self.driver.handle(event) if event is not None else []
+            if event is not None and not isinstance(event, d.Tick):
+                actions += self.driver.handle(d.Tick(now))
+            for action in actions:
+                self._perform(action)
+            if self.driver.outcome is not None:
+                return self.driver.outcome
+
+    def _translate(self, item: Any, now: float) -> d.Event | None:
+        if isinstance(item, OutputEvent):
+            self.sink.write(item)
+            return None
+        if isinstance(item, ExitEvent):
+            return d.WorkerExited(now, item.rank, item.exit_code, item.signal,
+                                  item.error_text or "")
+        if isinstance(item, ExecutorErrorEvent):
+            for worker in item.ranks[1:]:
+                self.events.put(ExitEvent(worker, 255, None, item.message))
+            return d.WorkerExited(now, item.ranks[0], 255, None, item.message) \
+                if item.ranks else None
+        if isinstance(item, InterruptEvent):
+            return d.Interrupt(now, item.signum)
+        kind = item[0]
+        if kind == "discovered":
+            return d.Discovered(now, item[1])
+        if kind == "discovery_failed":
+            return d.DiscoveryFailed(now, item[1], item[2], item[3])
+        if kind == "joined":
+            return d.Joined(now, item[1], item[2])
+        if kind == "lost":
+            return d.ConnectionLost(now, item[1])
+        if kind == "formed":
+            return d.Formed(now, item[1])
+        if kind == "aborted":
+            return d.Aborted(now, item[1], item[2])
+        return None
+
+    # -- actions --------------------------------------------------------------------------
+
+    def _perform(self, action: d.Action) -> None:
+        server = self._server
+        if isinstance(action, d.StartWorkers):
+            self._start_workers(action)
+        elif isinstance(action, d.StopHost):
+            self.stoppers += stop_groups(self.groups.get(action.host, []),
+                                         self.settings.grace_seconds)
+        elif isinstance(action, d.Publish):
+            gen = action.generation
+            server.publish(gen.number, [{**dataclasses.asdict(a), "sync": gen.sync}
+                                        for a in gen.members], action.removed)
+        elif isinstance(action, d.NotifyHostsUpdated):
+            server.notify(action.seq, action.bits)
+        elif isinstance(action, d.AbortGeneration):
+            server.abort_generation(action.generation, action.reason)
+        elif isinstance(action, d.Finish):
+            server.finish(action.message or "the job finished")
+        elif isinstance(action, d.Record):
+            self._record(action)
+
+    def _record(self, record: d.Record) -> None:
+        elapsed = self.clock() - self._started
+        if self._log is not None:
+            self._log.write(json.dumps({"t": round(elapsed, 3), "wall": round(
+                self._wall + elapsed, 3), "event": record.kind, **record.data}) + "\n")
+            self._log.flush()
+        data = record.data
+        line = None
+        if record.kind == "generation":
+            limit = self.config.reset_limit
+            resets = f"; reset {data['resets']}" + (f" of --reset-limit {limit}"
+                                                    if limit is not None else "")
+            line = (f"generation {data['generation']}: {data['size']} ranks on "
+                    f"{data['hosts']} ({data['cause']}){resets if data['resets'] else ''}")
+        elif record.kind == "blacklist":
+            cooldown = data["cooldown"]
+            line = (f"host {data['host']} blacklisted "
+                    + ("for the rest of the job" if cooldown is None
+                       else f"for {cooldown:.1f} s") + f": {data['reason']}")
+        elif record.kind == "readmit":
+            line = f"host {data['host']} readmitted after its cooldown"
+        elif record.kind == "discovery_failed":
+            line = f"warning: {data['message']}; trying again"
+        if line is not None:
+            self.stderr.write(f"gcurun: elastic: {line}\n")
+            self.stderr.flush()
+
+    def _start_workers(self, action: d.StartWorkers) -> None:
+        spec = self.specs.get(action.host, HostSpec(action.host))
+        thread = threading.Thread(target=self._start_batch, args=(spec, action.assignments),
+                                  daemon=True, name=f"elastic-start-{action.host}")
+        thread.start()
+
+    def _start_batch(self, spec: HostSpec, assignments: Sequence[d.Assignment]) -> None:
+        """Plan, prepare (SSH preflight) and start one batch; a failure to start is the
+        workers' failure, reported as their exit."""
+        ids = tuple(a.worker for a in assignments)
+        try:
+            group = self._make_group(spec, assignments)
+            if self._stop.is_set():
+                return
+            self.groups.setdefault(spec.name, []).append(group)
+            group.start(self.events)  # type: ignore[arg-type]
+        except (GcurunError, OSError) as exc:
+            self.events.put(ExecutorErrorEvent(ids, f"could not start on {spec.name}: {exc}"))
+
+    def _make_group(self, spec: HostSpec, assignments: Sequence[d.Assignment]) -> RankGroup:
+        from gcurun.launch.execute import group_factory
+        from gcurun.launch.prepare import plan_job, prepare_plan
+
+        slots = max(a.slot for a in assignments) + 1
+        host = dataclasses.replace(spec, slots=max(spec.slots, slots))
+        batch = dataclasses.replace(self.settings, hosts=(host,), np=host.slots,
+                                    launcher=None, oversubscribe=True)
+        plan = plan_job(self.command, batch)
+        by_slot = {r.local_rank: r for r in plan.ranks}
+        ranks = []
+        for a in assignments:
+            r = by_slot[a.slot]
+            env = dict(r.env)
+            env.update(rank_environment(
+                rank=a.rank, size=a.size, local_rank=a.local_rank, local_size=a.local_size,
+                cross_rank=a.cross_rank, cross_size=a.cross_size, node_rank=a.cross_rank,
+                hostname=a.host, master_addr=plan.master_addr, master_port=plan.master_port,
+                device_var=plan.device_var, device=r.device))
+            env.update(GCURUN_ELASTIC_WORKER=str(a.worker), GCURUN_ELASTIC="1",
+                       HOROVOD_ELASTIC="1", GCURUN_LIVENESS_TIMEOUT_SECONDS=f"{self.liveness:g}")
+            ranks.append(dataclasses.replace(r, rank=a.worker, env=env))
+        plan = dataclasses.replace(plan, ranks=tuple(ranks))
+        job = prepare_plan(plan, batch)
+        local = plan.launcher == "local"
+        secrets = {RENDEZVOUS_VARIABLE: f"{'127.0.0.1' if local else ANY_ADDRESS}:{self._port}",
+                   SECRET_VARIABLE: self._secret.hex()}
+        groups = group_factory(plan.launcher)(job, secrets)
+        if len(groups) != 1:
+            job.close()
+            raise LaunchError(f"host {spec.name}: expected one group of workers, got "
+                              f"{len(groups)}")
+        if isinstance(groups[0], BootstrapGroup):
+            groups[0].keep_alive(self.liveness)   # pings; a cut-off host fences itself
+        return groups[0]
+
+    def _stop_everything(self) -> None:
+        groups = [g for gs in self.groups.values() for g in gs]
+        self.stoppers += stop_groups(groups, self.settings.grace_seconds)
+        deadline = time.monotonic() + self.settings.grace_seconds + EXIT_REPORT_SLACK
+        for t in self.stoppers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        while True:     # the last words of the workers
+            try:
+                item = self.events.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, OutputEvent):
+                self.sink.write(item)
+
+    # -- discovery ------------------------------------------------------------------------
+
+    def _poll_discovery(self) -> None:
+        first = True
+        while not self._stop.is_set():
+            try:
+                found = self.discover()
+            except DiscoveryError as exc:
+                self.events.put(("discovery_failed", str(exc), first, exc.exit_code))
+                if first:
+                    return
+            else:
+                for spec in found:
+                    self.specs[spec.name] = spec
+                self.events.put(("discovered", tuple((h.name, h.slots) for h in found)))
+                first = False
+            self._stop.wait(self.config.discovery_interval)
+
+
+def script_discovery(script: str, default_slots: int | None) -> Discover:
+    from gcurun.launch.elastic.discovery import run_discovery
+
+    return lambda: run_discovery(script, default_slots, DISCOVERY_TIMEOUT)
+
+
+def fixed_discovery(hosts: Sequence[HostSpec]) -> Discover:
+    found = tuple(hosts)
+    return lambda: found
+
+
+def event_log_path(settings: Settings, environ: Mapping[str, str] = os.environ) -> str | None:
+    """``elastic-events.jsonl`` in the output directory, when there is one."""
+    if not settings.output_dir:
+        return None
+    os.makedirs(settings.output_dir, exist_ok=True)
+    return os.path.join(settings.output_dir, "elastic-events.jsonl")
