@@ -19,7 +19,7 @@ for _name in [name for name in os.environ if name.startswith("SLURM_")]:
 
 # Markers of long runs that only run when the -m expression names them (pytest -m stress,
 # -m chaos); the default run has a short version of each.
-OPT_IN_MARKERS = ("stress", "chaos", "elastic")
+OPT_IN_MARKERS = ("stress", "chaos")
 
 
 def pytest_collection_modifyitems(config, items):

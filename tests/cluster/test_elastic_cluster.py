@@ -1,10 +1,7 @@
 """Elastic jobs on namespace hosts (one worker on each of h1..h3, over real SSH): a host
 dies mid-epoch (its processes killed, or its link cut, which sends nothing), a host
 added to the discovery output joins, a flapping host is blacklisted, the reset limit
-ends a job; afterwards no process of the job is left on any host.
-
-The first two run by default (a minute or two); the rest are marked ``elastic`` and
-run when ``-m`` names it."""
+ends a job; afterwards no process of the job is left on any host."""
 
 from __future__ import annotations
 
@@ -184,7 +181,6 @@ def test_a_host_whose_link_is_cut_leaves_the_job_and_fences_itself(netns_cluster
             job.finish()
 
 
-@pytest.mark.elastic
 def test_a_host_added_to_the_discovery_output_joins_and_the_size_grows(netns_cluster,
                                                                         tmp_path):
     listed = tmp_path / "hosts.txt"
@@ -207,7 +203,6 @@ def test_a_host_added_to_the_discovery_output_joins_and_the_size_grows(netns_clu
     wait_no_process_left(netns_cluster, job, 30)
 
 
-@pytest.mark.elastic
 def test_a_flapping_host_is_blacklisted_each_time_it_fails(netns_cluster, tmp_path):
     """Every worker on h3 fails after 5 steps; the cooldown lets h3 back, it fails again."""
     job = Job(netns_cluster, tmp_path, "--min-np", "2", "--blacklist-cooldown-range", "1",
@@ -224,7 +219,6 @@ def test_a_flapping_host_is_blacklisted_each_time_it_fails(netns_cluster, tmp_pa
     wait_no_process_left(netns_cluster, job, 30)
 
 
-@pytest.mark.elastic
 def test_the_reset_limit_ends_a_job_whose_host_keeps_failing(netns_cluster, tmp_path):
     job = Job(netns_cluster, tmp_path, "--min-np", "2", "--blacklist-cooldown-range", "1",
               "2", "--reset-limit", "1", "--", "400", "--sleep", "0.1",
