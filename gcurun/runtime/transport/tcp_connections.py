@@ -75,7 +75,7 @@ class Connections:
         self.timeout = timeout
         self._secret = secret
         self._cma = CrossMemory(enabled=cma)
-        self._client = RendezvousClient(rendezvous, secret, timeout, self._aborted_by)
+        self._client = RendezvousClient(rendezvous, secret, timeout, self.job_aborted)
         self._rings = rings and shm.available()
         self._links: dict[int, Link] = {}
         # Per same-host peer that reads us and that we read: a large exchange, fast.
@@ -343,8 +343,12 @@ class Connections:
 
     # -- failure and shutdown --------------------------------------------------------------
 
-    def _aborted_by(self, reason: str) -> None:
-        """The rendezvous says the job is over: wake every blocked call."""
+    def job_aborted(self, reason: str) -> None:
+        """Learn that this generation of the job is over for this rank (the rendezvous
+        says a rank failed, or an elastic worker lost the launcher): every blocked call
+        wakes and raises :class:`PeerFailureError` with ``reason``, as does every later
+        one (the first reason given is kept). Sends nothing to the other ranks; that is
+        :meth:`abort`. Safe from any thread; a second call is harmless."""
         self._abort = self._abort or reason
         self._aborted.set()
         with self._ready:
