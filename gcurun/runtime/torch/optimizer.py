@@ -53,13 +53,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._hooks: list[Any] = []
-        self._communicating = bool(process_set.included()) and (process_set.size() or 1) > 1
+        self._communicating = self._wants_to_communicate()
         # On the engine (the job's or the set's), each gradient's allreduce starts from
         # its hook and overlaps the rest of backward.
         self._overlap = self._communicating
         if self._communicating:
-            for p in self._requires_update:
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+            self._register_hooks()
+
+    def _wants_to_communicate(self) -> bool:
+        return bool(self.process_set.included()) and (self.process_set.size() or 1) > 1
+
+    def _register_hooks(self) -> None:
+        for p in self._requires_update:
+            self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
 
     # -- hooks and allreduces ------------------------------------------------------------
 
@@ -274,6 +280,34 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _reset_delays(self) -> None:
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
+
+    # -- elastic jobs ----------------------------------------------------------------------
+
+    def rearm(self) -> None:
+        """Ready this optimizer for a new generation of an elastic job (its process set
+        may have a new size): forget in-flight gradient allreduces, filled-in gradients and
+        backward passes counted towards ``backward_passes_per_step``, and decide again
+        whether it communicates (``size() > 1``), registering its gradient hooks if it
+        starts to. Needed because both are decided at construction: a job may grow from
+        one rank, and a failure inside ``backward()`` may leave allreduces half-started.
+        """
+        self._handles.clear()
+        self._filled.clear()
+        for group in self._group_ready:
+            self._group_ready[group] = 0
+        self._reset_delays()
+        self._synchronized = False
+        self._should_synchronize = True
+        communicating = self._wants_to_communicate()
+        if communicating and not self._hooks:
+            self._register_hooks()
+        self._communicating = communicating
+        self._overlap = communicating and bool(self._hooks)
+
+
+def is_distributed(optimizer: Any) -> bool:
+    """Whether ``optimizer`` was made by :func:`DistributedOptimizer`."""
+    return isinstance(optimizer, _DistributedOptimizer)
 
 
 def _grad(p: torch.Tensor) -> torch.Tensor:
