@@ -6,15 +6,16 @@ import random
 
 import pytest
 
+from gcurun.launch.elastic.assignment import assign_slots, layout
 from gcurun.launch.elastic.config import ElasticConfig
-from gcurun.launch.elastic.driver import (
+from gcurun.launch.elastic.driver import ElasticDriver
+from gcurun.launch.elastic.events import (
     ADDED,
     REMOVED,
     Aborted,
     AbortGeneration,
     ConnectionLost,
     Discovered,
-    ElasticDriver,
     Finish,
     Formed,
     Interrupt,
@@ -25,10 +26,8 @@ from gcurun.launch.elastic.driver import (
     StopHost,
     Tick,
     WorkerExited,
-    assign_slots,
-    cooldown_seconds,
-    layout,
 )
+from gcurun.launch.elastic.hosts import cooldown_seconds
 
 
 class FixedRandom(random.Random):
@@ -303,7 +302,7 @@ def test_success_ends_the_job_with_rank_zeros_code_once_every_member_exited():
 
 
 def test_discovery_failing_first_is_fatal_later_a_warning():
-    from gcurun.launch.elastic.driver import DiscoveryFailed
+    from gcurun.launch.elastic.events import DiscoveryFailed
 
     driver = make()
     (finish,) = of(driver.handle(DiscoveryFailed(0, "bad", True, 2)), Finish)

@@ -85,6 +85,34 @@ def test_torch_state_saves_restores_and_replaces_handled_values(one_rank):
     assert state.items == [1]
 
 
+def test_torch_state_reset_rearms_its_distributed_optimizers_only(one_rank, monkeypatch):
+    from gcurun.runtime.torch.elastic import TorchState
+    from gcurun.runtime.torch.optimizer import is_distributed
+
+    model = torch.nn.Linear(2, 1)
+    plain = torch.optim.SGD(model.parameters(), lr=0.1)
+    distributed = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                           named_parameters=model.named_parameters())
+    assert is_distributed(distributed) and not is_distributed(plain)
+    state = TorchState(model=model, optimizer=distributed, other=plain)
+    rearmed = []
+    monkeypatch.setattr(type(distributed), "rearm", lambda self: rearmed.append(self))
+    state.reset()
+    assert rearmed == [distributed]
+
+
+def test_a_rearmed_optimizer_steps_as_before(one_rank):
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                         named_parameters=model.named_parameters())
+    model(torch.tensor([[1.0, 2.0]])).sum().backward()
+    optimizer.rearm()                     # one rank: it still does not communicate
+    optimizer.step()
+    assert model.weight.tolist() == [[0.5, 0.0]]
+
+
 def _descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):

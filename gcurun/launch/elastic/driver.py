@@ -19,279 +19,24 @@ The rules are Horovod Elastic's (``runner/elastic/driver.py``, ``registration.py
 
 from __future__ import annotations
 
-import math
 import random
-from dataclasses import dataclass, field
-from typing import Literal, Union
+from dataclasses import replace
 
+from gcurun.launch.elastic import events as ev
+from gcurun.launch.elastic.assignment import by_host, hosts_text, layout, target_slots
 from gcurun.launch.elastic.config import ElasticConfig
+from gcurun.launch.elastic.hosts import blacklist, eligible, min_np_message, readmit, update_hosts
+from gcurun.launch.elastic.records import (
+    Assignment,
+    Failure,
+    Generation,
+    HostRecord,
+    Phase,
+    Worker,
+    describe_exit,
+)
+from gcurun.launch.elastic.workers import holders, new_worker, overdue, worker_at
 
-# Bits of a host update (Horovod's HostUpdateResult).
-REMOVED = 1
-ADDED = 2
-
-Phase = Literal["waiting", "forming", "running", "reforming", "finishing", "done"]
-WorkerState = Literal["starting", "parked", "member", "removed", "exited"]
-
-
-# -- events -------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Discovered:
-    """The discovery script's hosts, in the order it printed them."""
-
-    now: float
-    hosts: tuple[tuple[str, int], ...]
-
-
-@dataclass(frozen=True)
-class DiscoveryFailed:
-    now: float
-    message: str
-    first: bool
-    exit_code: int = 1
-
-
-@dataclass(frozen=True)
-class WorkerExited:
-    """A worker's process ended (``code`` None: killed by ``signal``, or lost)."""
-
-    now: float
-    worker: int
-    code: int | None
-    signal: int | None = None
-    text: str = ""
-
-
-@dataclass(frozen=True)
-class Joined:
-    """A worker asked for a place in the generation after ``after`` (0: a new worker)."""
-
-    now: float
-    worker: int
-    after: int
-
-
-@dataclass(frozen=True)
-class ConnectionLost:
-    """A worker's connection to the rendezvous ended without a goodbye."""
-
-    now: float
-    worker: int
-
-
-@dataclass(frozen=True)
-class Formed:
-    """Every member of ``generation`` registered: its ring exists."""
-
-    now: float
-    generation: int
-
-
-@dataclass(frozen=True)
-class Aborted:
-    """A member aborted ``generation`` (a broken link, a collective timeout)."""
-
-    now: float
-    generation: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Tick:
-    now: float
-
-
-@dataclass(frozen=True)
-class Interrupt:
-    now: float
-    signum: int
-
-
-Event = Union[Discovered, DiscoveryFailed, WorkerExited, Joined, ConnectionLost, Formed,
-              Aborted, Tick, Interrupt]
-
-
-# -- plain data ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Assignment:
-    """One rank of a generation."""
-
-    worker: int
-    host: str
-    slot: int
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    cross_rank: int
-    cross_size: int
-
-
-@dataclass(frozen=True)
-class Generation:
-    number: int
-    members: tuple[Assignment, ...]     # by rank
-    sync: bool
-    cause: str
-
-    @property
-    def workers(self) -> tuple[int, ...]:
-        return tuple(a.worker for a in self.members)
-
-    def of(self, worker: int) -> Assignment | None:
-        for a in self.members:
-            if a.worker == worker:
-                return a
-        return None
-
-
-@dataclass
-class HostRecord:
-    """One host ever seen, in first-seen order."""
-
-    name: str
-    slots: int
-    listed: bool = True
-    blacklisted: bool = False
-    blacklist_count: int = 0
-    cooldown_until: float = 0.0
-    reason: str = ""
-
-
-@dataclass
-class Worker:
-    """One process ever started; its identity is (host, slot)."""
-
-    id: int
-    host: str
-    slot: int
-    started: float
-    state: WorkerState = "starting"
-    code: int | None = None
-    signal: int | None = None
-
-
-@dataclass(frozen=True)
-class Failure:
-    """How a worker failed: the root cause of a failed job is the earliest."""
-
-    now: float
-    worker: int
-    host: str
-    code: int | None
-    signal: int | None
-    text: str
-
-    @property
-    def job_exit_code(self) -> int:
-        if self.signal is not None:
-            return 128 + self.signal
-        return self.code if self.code else 1
-
-    def describe(self) -> str:
-        how = (f"was killed by signal {self.signal}" if self.signal is not None
-               else f"exited with code {self.code}" if self.code is not None
-               else self.text or "was lost")
-        return f"worker {self.worker} on {self.host} {how}"
-
-
-# -- actions ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class StartWorkers:
-    """Start one process per assignment on ``host`` (a batch); ``assignments`` carry the
-    rank each worker is started for (its environment keeps it, as Horovod's does)."""
-
-    host: str
-    assignments: tuple[Assignment, ...]
-
-
-@dataclass(frozen=True)
-class StopHost:
-    host: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Publish:
-    generation: Generation
-    removed: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class NotifyHostsUpdated:
-    generation: int
-    seq: int
-    bits: int
-
-
-@dataclass(frozen=True)
-class AbortGeneration:
-    generation: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Finish:
-    """The job is over: stop every worker, exit with ``code`` (``message`` says why when
-    it failed)."""
-
-    code: int
-    message: str = ""
-    failure: Failure | None = None
-
-
-@dataclass(frozen=True)
-class Record:
-    """An event for the event log (and the one line per generation on stderr)."""
-
-    kind: str
-    data: dict = field(default_factory=dict)
-
-
-Action = Union[StartWorkers, StopHost, Publish, NotifyHostsUpdated, AbortGeneration, Finish,
-               Record]
-
-
-# -- assignment ---------------------------------------------------------------------------
-
-def assign_slots(hosts: list[tuple[str, int]], max_np: int | None) -> list[tuple[str, int]]:
-    """(host, slot) per rank: host by host in order, each up to its slots, at most
-    ``max_np`` in all (Horovod's ``get_host_assignments``)."""
-    slots: list[tuple[str, int]] = []
-    for name, count in hosts:
-        for slot in range(count):
-            if max_np is not None and len(slots) >= max_np:
-                return slots
-            slots.append((name, slot))
-    return slots
-
-
-def layout(slots: list[tuple[str, int]], workers: list[int]) -> tuple[Assignment, ...]:
-    """The assignments of ``workers`` to ``slots`` (rank = index): local ranks per host,
-    cross ranks per local rank over hosts."""
-    per_host: dict[str, int] = {}
-    for host, _ in slots:
-        per_host[host] = per_host.get(host, 0) + 1
-    host_order = list(per_host)
-    out = []
-    for rank, ((host, slot), worker) in enumerate(zip(slots, workers, strict=True)):
-        local_rank = sum(1 for h, _ in slots[:rank] if h == host)
-        having = [h for h in host_order if per_host[h] > local_rank]
-        out.append(Assignment(worker, host, slot, rank, len(slots), local_rank,
-                              per_host[host], having.index(host), len(having)))
-    return tuple(out)
-
-
-def cooldown_seconds(count: int, low: int, high: int, uniform: float) -> float:
-    """Horovod's cooldown of a host's ``count``-th blacklisting (``uniform`` in [0, 1))."""
-    delay = low * (1 << count) + uniform * low
-    return float(max(low, min(high, delay)))
-
-
-# -- the driver ---------------------------------------------------------------------------
 
 class ElasticDriver:
     """The decisions of one elastic job. Not thread-safe: one loop feeds it."""
@@ -310,8 +55,7 @@ class ElasticDriver:
         self.seq = 0
         self.records: dict[int, str] = {}
         self.failures: list[Failure] = []
-        self.outcome: Finish | None = None
-        self._next_id = 0
+        self.outcome: ev.Finish | None = None
         self._graceful = True
         self._cause = "start"
         self._notified: frozenset[tuple[str, int]] | None = None
@@ -319,38 +63,38 @@ class ElasticDriver:
 
     # -- public ---------------------------------------------------------------------------
 
-    def handle(self, event: Event) -> list[Action]:
+    def handle(self, event: ev.Event) -> list[ev.Action]:
         """Apply ``event``; return what must be done, in order."""
-        out: list[Action] = []
+        out: list[ev.Action] = []
         if self.phase == "done":
             return out
-        if isinstance(event, Interrupt):
+        if isinstance(event, ev.Interrupt):
             self._finish(out, 128 + event.signum, f"interrupted by signal {event.signum}")
-        elif isinstance(event, Discovered):
+        elif isinstance(event, ev.Discovered):
             self._on_discovered(event, out)
-        elif isinstance(event, DiscoveryFailed):
+        elif isinstance(event, ev.DiscoveryFailed):
             if event.first and not self._discovered:
                 self._finish(out, event.exit_code, event.message)
             else:
-                out.append(Record("discovery_failed", {"message": event.message}))
-        elif isinstance(event, WorkerExited):
+                out.append(ev.Record("discovery_failed", {"message": event.message}))
+        elif isinstance(event, ev.WorkerExited):
             self._on_exit(event, out)
-        elif isinstance(event, ConnectionLost):
+        elif isinstance(event, ev.ConnectionLost):
             self._on_lost(event, out)
-        elif isinstance(event, Joined):
+        elif isinstance(event, ev.Joined):
             self._on_joined(event, out)
-        elif isinstance(event, Formed):
+        elif isinstance(event, ev.Formed):
             if self.phase == "forming" and self.generation is not None \
                     and event.generation == self.generation.number:
                 self.phase = "running"
-                out.append(Record("formed", {"generation": event.generation}))
+                out.append(ev.Record("formed", {"generation": event.generation}))
                 self._check_updates(event.now, out)
-        elif isinstance(event, Aborted):
+        elif isinstance(event, ev.Aborted):
             gen = self.generation
             if gen is not None and event.generation == gen.number \
                     and self.phase in ("forming", "running"):
                 self._reform(event.now, event.reason, False, out)
-        elif isinstance(event, Tick):
+        elif isinstance(event, ev.Tick):
             self._on_tick(event.now, out)
         return out
 
@@ -359,42 +103,30 @@ class ElasticDriver:
         return self.generation.workers if self.generation is not None else ()
 
     def eligible(self) -> list[HostRecord]:
-        return [h for h in self.hosts.values() if h.listed and not h.blacklisted]
+        return eligible(self.hosts)
 
     # -- events ---------------------------------------------------------------------------
 
-    def _on_discovered(self, event: Discovered, out: list[Action]) -> None:
+    def _on_discovered(self, event: ev.Discovered, out: list[ev.Action]) -> None:
         self._discovered = True
-        listed = dict(event.hosts)
-        for name, slots in event.hosts:
-            record = self.hosts.get(name)
-            if record is None:
-                self.hosts[name] = HostRecord(name, slots)
-                out.append(Record("host_added", {"host": name, "slots": slots}))
-            elif record.slots != slots or not record.listed:
-                record.slots, record.listed = slots, True
-                out.append(Record("host_changed", {"host": name, "slots": slots}))
-        for record in self.hosts.values():
-            if record.name not in listed and record.listed:
-                record.listed = False
-                out.append(Record("host_removed", {"host": record.name}))
-        self._readmit(event.now, out)
+        out += update_hosts(self.hosts, event.hosts)
+        out += readmit(self.hosts, event.now)
         self._progress(event.now, out)
 
-    def _on_exit(self, event: WorkerExited, out: list[Action]) -> None:
+    def _on_exit(self, event: ev.WorkerExited, out: list[ev.Action]) -> None:
         worker = self.workers.get(event.worker)
         if worker is None or worker.state == "exited":
             return
         before = worker.state
         worker.state, worker.code, worker.signal = "exited", event.code, event.signal
         ok = event.code == 0 and event.signal is None
-        out.append(Record("worker_exited", {"worker": worker.id, "host": worker.host,
+        out.append(ev.Record("worker_exited", {"worker": worker.id, "host": worker.host,
                                             "code": event.code, "signal": event.signal}))
         if event.worker in self.members and self.phase in ("forming", "running",
                                                            "reforming", "finishing"):
             if self.phase == "finishing":
                 if not ok:
-                    out.append(Record("late_failure", {"worker": worker.id,
+                    out.append(ev.Record("late_failure", {"worker": worker.id,
                                                        "code": event.code,
                                                        "signal": event.signal}))
                 self._maybe_finished(out)
@@ -413,11 +145,12 @@ class ElasticDriver:
         # A worker outside the generation (started for added slots, or parked) failed:
         # its host is blacklisted, without a reset.
         if not self.hosts[worker.host].blacklisted:
-            self._blacklist(event.now, worker.host,
-                            f"worker {worker.id} {_how(event.code, event.signal)}", out)
+            out += blacklist(self.hosts[worker.host], event.now, f"worker {worker.id} "
+                             f"{describe_exit(event.code, event.signal)}",
+                             self.config.cooldown, self.rng)
         self._progress(event.now, out)
 
-    def _on_lost(self, event: ConnectionLost, out: list[Action]) -> None:
+    def _on_lost(self, event: ev.ConnectionLost, out: list[ev.Action]) -> None:
         worker = self.workers.get(event.worker)
         if worker is None or worker.state in ("exited", "removed"):
             return
@@ -427,7 +160,7 @@ class ElasticDriver:
                 self._failed(event.now, worker, None, None,
                              "lost its connection to the rendezvous", out)
 
-    def _on_joined(self, event: Joined, out: list[Action]) -> None:
+    def _on_joined(self, event: ev.Joined, out: list[ev.Action]) -> None:
         worker = self.workers.get(event.worker)
         if worker is None or worker.state in ("exited", "removed"):
             return
@@ -444,12 +177,13 @@ class ElasticDriver:
         if gen is not None and event.worker in gen.workers:
             return      # a new member took its place in the generation being formed
         worker.state = "parked"
-        out.append(Record("worker_joined", {"worker": worker.id, "host": worker.host}))
+        out.append(ev.Record("worker_joined", {"worker": worker.id, "host": worker.host}))
         self._progress(event.now, out)
 
-    def _on_tick(self, now: float, out: list[Action]) -> None:
+    def _on_tick(self, now: float, out: list[ev.Action]) -> None:
         if self.phase == "waiting" and now >= self.deadline:
-            self._finish(out, 1, self._min_np_message())
+            self._finish(out, 1, min_np_message(self.config, self.hosts,
+                                                self.generation is None))
         elif self.phase == "forming" and now >= self.deadline and self.generation:
             self._reform(now, f"generation {self.generation.number} did not form within "
                          f"--elastic-timeout {self.config.elastic_timeout:g} s", False, out)
@@ -464,30 +198,29 @@ class ElasticDriver:
         elif self.phase == "finishing" and now >= self.deadline:
             self._finish_success(out)
         elif self.phase == "running":
-            for worker in list(self.workers.values()):
-                if worker.state == "starting" and worker.id not in self.members \
-                        and now >= worker.started + self.config.elastic_timeout \
-                        and not self.hosts[worker.host].blacklisted:
-                    self._blacklist(now, worker.host, f"worker {worker.id} did not start "
-                                    f"within --elastic-timeout "
-                                    f"{self.config.elastic_timeout:g} s", out)
-            self._readmit(now, out)
+            timeout = self.config.elastic_timeout
+            for worker in overdue(self.workers, self.members, now, timeout):
+                if not self.hosts[worker.host].blacklisted:
+                    out += blacklist(self.hosts[worker.host], now, f"worker {worker.id} did "
+                                     f"not start within --elastic-timeout {timeout:g} s",
+                                     self.config.cooldown, self.rng)
+            out += readmit(self.hosts, now)
             self._check_updates(now, out)
 
     # -- the barrier and the decision -----------------------------------------------------
 
     def _failed(self, now: float, worker: Worker, code: int | None, signal: int | None,
-                text: str, out: list[Action], decide: bool = True) -> None:
+                text: str, out: list[ev.Action], decide: bool = True) -> None:
         self.failures.append(Failure(now, worker.id, worker.host, code, signal, text))
         if self.phase in ("forming", "running"):
             self._reform(now, f"worker {worker.id} on {worker.host} "
-                         f"{_how(code, signal, text)}", False, out)
+                         f"{describe_exit(code, signal, text)}", False, out)
         self._graceful = False
         self.records[worker.id] = "failed"
         if decide:
             self._maybe_decide(now, out)
 
-    def _reform(self, now: float, cause: str, graceful: bool, out: list[Action]) -> None:
+    def _reform(self, now: float, cause: str, graceful: bool, out: list[ev.Action]) -> None:
         """The current generation ends: abort it everywhere, wait for every member."""
         assert self.generation is not None
         self.phase = "reforming"
@@ -495,11 +228,11 @@ class ElasticDriver:
         self.records = {}
         self._graceful = graceful
         self._cause = cause
-        out.append(AbortGeneration(self.generation.number, cause))
-        out.append(Record("reforming", {"generation": self.generation.number,
+        out.append(ev.AbortGeneration(self.generation.number, cause))
+        out.append(ev.Record("reforming", {"generation": self.generation.number,
                                         "cause": cause}))
 
-    def _maybe_decide(self, now: float, out: list[Action]) -> None:
+    def _maybe_decide(self, now: float, out: list[ev.Action]) -> None:
         if self.phase != "reforming" or any(w not in self.records for w in self.members):
             return
         gen = self.generation
@@ -514,7 +247,8 @@ class ElasticDriver:
         for w in failed:
             host = self.workers[w].host
             if not self.hosts[host].blacklisted:
-                self._blacklist(now, host, f"worker {w} failed", out)
+                out += blacklist(self.hosts[host], now, f"worker {w} failed",
+                                 self.config.cooldown, self.rng)
         if all(self.hosts[a.host].blacklisted for a in gen.members):
             self._finish_failed(out, "every host of the job is blacklisted")
             return
@@ -533,7 +267,7 @@ class ElasticDriver:
 
     # -- forming --------------------------------------------------------------------------
 
-    def _progress(self, now: float, out: list[Action]) -> None:
+    def _progress(self, now: float, out: list[ev.Action]) -> None:
         if self.phase == "waiting":
             need = self.config.first_np if self.generation is None else self.config.min_np
             if self._discovered and len(self._target()) >= need:
@@ -541,41 +275,18 @@ class ElasticDriver:
         elif self.phase == "running":
             self._check_updates(now, out)
 
-    def _holders(self) -> set[str]:
-        """Hosts of the workers that hold the training state (the current generation's
-        living members)."""
-        return {self.workers[w].host for w in self.members
-                if self.workers[w].state in ("member", "parked")}
-
     def _target(self) -> list[tuple[str, int]]:
         """The (host, slot) of every rank the job would have now: hosts that hold the
         state first (rank 0 is one of theirs), then the others, each in first-seen
         order."""
-        holders = self._holders()
-        eligible = self.eligible()
-        ordered = [h for h in eligible if h.name in holders] + \
-                  [h for h in eligible if h.name not in holders]
-        return assign_slots([(h.name, h.slots) for h in ordered], self.config.max_np)
+        return target_slots(self.eligible(), holders(self.workers, self.members),
+                            self.config.max_np)
 
-    def _worker_at(self, host: str, slot: int) -> Worker | None:
-        for worker in self.workers.values():
-            if worker.host == host and worker.slot == slot \
-                    and worker.state in ("starting", "parked", "member"):
-                return worker
-        return None
-
-    def _new_worker(self, now: float, host: str, slot: int) -> Worker:
-        worker = Worker(self._next_id, host, slot, now)
-        self._next_id += 1
-        self.workers[worker.id] = worker
-        return worker
-
-    def _form(self, now: float, out: list[Action]) -> None:
+    def _form(self, now: float, out: list[ev.Action]) -> None:
         prev = self.generation
         slots = self._target()
         if prev is not None:
-            holders = self._holders()
-            if not holders:
+            if not holders(self.workers, self.members):
                 self._finish(out, 1, f"no worker of generation {prev.number} survived, so "
                              "nobody holds the training state to broadcast; the job "
                              "cannot continue")
@@ -583,9 +294,9 @@ class ElasticDriver:
         chosen: list[Worker] = []
         fresh: list[Worker] = []
         for host, slot in slots:
-            worker = self._worker_at(host, slot)
+            worker = worker_at(self.workers, host, slot)
             if worker is None:
-                worker = self._new_worker(now, host, slot)
+                worker = new_worker(self.workers, now, host, slot)
                 fresh.append(worker)
             chosen.append(worker)
         members = layout(slots, [w.id for w in chosen])
@@ -607,19 +318,15 @@ class ElasticDriver:
         self._notified = None
         self.phase = "forming"
         self.deadline = now + self.config.elastic_timeout
-        by_host: dict[str, list[Assignment]] = {}
-        for a in members:
-            if self.workers[a.worker] in fresh:
-                by_host.setdefault(a.host, []).append(a)
-        for host, batch in by_host.items():
-            out.append(StartWorkers(host, tuple(batch)))
-        out.append(Publish(gen, removed))
-        out.append(Record("generation", {
+        starts = by_host([a for a in members if self.workers[a.worker] in fresh])
+        out += [ev.StartWorkers(host, tuple(batch)) for host, batch in starts.items()]
+        out.append(ev.Publish(gen, removed))
+        out.append(ev.Record("generation", {
             "generation": number, "size": len(members), "sync": sync, "cause": cause,
-            "hosts": _hosts_text(members), "resets": self.resets,
+            "hosts": hosts_text(members), "resets": self.resets,
             "blacklisted": [h.name for h in self.hosts.values() if h.blacklisted]}))
 
-    def _check_updates(self, now: float, out: list[Action]) -> None:
+    def _check_updates(self, now: float, out: list[ev.Action]) -> None:
         """While running: start workers for added slots at once; tell the members to
         re-form once every one of them joined (or at once when slots were only
         removed)."""
@@ -632,72 +339,43 @@ class ElasticDriver:
         if wanted == current:
             return
         added = [s for s in target if s not in current]
-        starts: dict[str, list[Assignment]] = {}
+        fresh: list[Assignment] = []
         waiting = False
         members = layout(target, list(range(len(target))))
         for host, slot in added:
-            worker = self._worker_at(host, slot)
+            worker = worker_at(self.workers, host, slot)
             if worker is None:
-                worker = self._new_worker(now, host, slot)
-                rank = target.index((host, slot))
-                a = members[rank]
-                starts.setdefault(host, []).append(Assignment(
-                    worker.id, host, slot, a.rank, a.size, a.local_rank, a.local_size,
-                    a.cross_rank, a.cross_size))
+                worker = new_worker(self.workers, now, host, slot)
+                fresh.append(replace(members[target.index((host, slot))], worker=worker.id))
             if worker.state == "starting":
                 waiting = True
-        for host, batch in starts.items():
-            out.append(StartWorkers(host, tuple(batch)))
-            out.append(Record("prewarm", {"host": host,
+        for host, batch in by_host(fresh).items():
+            out.append(ev.StartWorkers(host, tuple(batch)))
+            out.append(ev.Record("prewarm", {"host": host,
                                           "workers": [a.worker for a in batch]}))
         if waiting or wanted == self._notified:
             return
-        bits = (REMOVED if current - wanted else 0) | (ADDED if added else 0)
+        bits = (ev.REMOVED if current - wanted else 0) | (ev.ADDED if added else 0)
         self.seq += 1
         self._notified = wanted
-        out.append(NotifyHostsUpdated(gen.number, self.seq, bits))
-        out.append(Record("hosts_updated", {"generation": gen.number, "seq": self.seq,
+        out.append(ev.NotifyHostsUpdated(gen.number, self.seq, bits))
+        out.append(ev.Record("hosts_updated", {"generation": gen.number, "seq": self.seq,
                                             "bits": bits}))
-
-    # -- blacklist ------------------------------------------------------------------------
-
-    def _blacklist(self, now: float, host: str, reason: str, out: list[Action]) -> None:
-        record = self.hosts[host]
-        record.blacklisted = True
-        record.blacklist_count += 1
-        record.reason = reason
-        cooldown = self.config.cooldown
-        if cooldown is None:
-            record.cooldown_until = math.inf
-        else:
-            low, high = cooldown
-            record.cooldown_until = now + cooldown_seconds(
-                record.blacklist_count, low, high, self.rng.uniform(0, 1))
-        out.append(StopHost(host, reason))
-        out.append(Record("blacklist", {
-            "host": host, "reason": reason, "count": record.blacklist_count,
-            "cooldown": None if cooldown is None else record.cooldown_until - now}))
-
-    def _readmit(self, now: float, out: list[Action]) -> None:
-        for record in self.hosts.values():
-            if record.blacklisted and record.listed and now >= record.cooldown_until:
-                record.blacklisted = False
-                out.append(Record("readmit", {"host": record.name}))
 
     # -- the end --------------------------------------------------------------------------
 
-    def _start_finishing(self, now: float, out: list[Action]) -> None:
+    def _start_finishing(self, now: float, out: list[ev.Action]) -> None:
         self.phase = "finishing"
         self.deadline = now + self.config.elastic_timeout
-        out.append(Record("finishing", {}))
+        out.append(ev.Record("finishing", {}))
         self._maybe_finished(out)
 
-    def _maybe_finished(self, out: list[Action]) -> None:
+    def _maybe_finished(self, out: list[ev.Action]) -> None:
         if all(self.workers[w].state == "exited" or self.records.get(w) == "ready"
                for w in self.members):
             self._finish_success(out)
 
-    def _finish_success(self, out: list[Action]) -> None:
+    def _finish_success(self, out: list[ev.Action]) -> None:
         gen = self.generation
         assert gen is not None
         rank0 = self.workers[gen.members[0].worker]
@@ -706,47 +384,17 @@ class ElasticDriver:
             code = 128 + rank0.signal if rank0.signal is not None else (rank0.code or 0)
         self._finish(out, code, "" if code == 0 else
                      f"rank 0 (worker {rank0.id} on {rank0.host}) "
-                     f"{_how(rank0.code, rank0.signal)}")
+                     f"{describe_exit(rank0.code, rank0.signal)}")
 
-    def _finish_failed(self, out: list[Action], why: str) -> None:
+    def _finish_failed(self, out: list[ev.Action], why: str) -> None:
         root = min(self.failures, key=lambda f: f.now) if self.failures else None
         code = root.job_exit_code if root is not None else 1
         detail = f"; the first failure: {root.describe()}" if root is not None else ""
         self._finish(out, code, f"{why}{detail}", root)
 
-    def _finish(self, out: list[Action], code: int, message: str,
+    def _finish(self, out: list[ev.Action], code: int, message: str,
                 failure: Failure | None = None) -> None:
         self.phase = "done"
-        self.outcome = Finish(code, message, failure)
-        out.append(Record("finished", {"code": code, "message": message}))
+        self.outcome = ev.Finish(code, message, failure)
+        out.append(ev.Record("finished", {"code": code, "message": message}))
         out.append(self.outcome)
-
-    def _min_np_message(self) -> str:
-        eligible = self.eligible()
-        have = sum(h.slots for h in eligible)
-        shown = ", ".join(f"{h.name}:{h.slots}" for h in eligible) or "none"
-        black = [f"{h.name} blacklisted ({h.reason})" for h in self.hosts.values()
-                 if h.blacklisted]
-        extra = f"; {', '.join(black)}" if black else ""
-        need = self.config.first_np if self.generation is None else self.config.min_np
-        flag = "-np" if self.generation is None and self.config.start_np is not None \
-            else "--min-np"
-        return (f"timed out waiting for the minimum number of slots: only {have} "
-                f"available ({shown}{extra}) but {flag} is {need}, for the whole "
-                f"--elastic-timeout of {self.config.elastic_timeout:g} s; add hosts, lower "
-                f"{flag} or raise --elastic-timeout")
-
-
-def _how(code: int | None, signal: int | None, text: str = "") -> str:
-    if signal is not None:
-        return f"was killed by signal {signal}"
-    if code is not None:
-        return f"exited with code {code}"
-    return text or "was lost"
-
-
-def _hosts_text(members: tuple[Assignment, ...]) -> str:
-    counts: dict[str, int] = {}
-    for a in members:
-        counts[a.host] = counts.get(a.host, 0) + 1
-    return ",".join(f"{h}:{n}" for h, n in counts.items())

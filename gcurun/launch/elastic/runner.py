@@ -25,9 +25,11 @@ from gcurun.errors import GcurunError, LaunchError
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.api import ExecutorErrorEvent, ExitEvent, OutputEvent, RankGroup
 from gcurun.launch.bootstrap_group import BootstrapGroup
-from gcurun.launch.elastic import driver as d
+from gcurun.launch.elastic import events as ev
 from gcurun.launch.elastic.config import DISCOVERY_TIMEOUT, ElasticConfig
 from gcurun.launch.elastic.discovery import DiscoveryError
+from gcurun.launch.elastic.driver import ElasticDriver
+from gcurun.launch.elastic.records import Assignment
 from gcurun.launch.remote.rank_env import (
     ANY_ADDRESS,
     RENDEZVOUS_VARIABLE,
@@ -72,7 +74,7 @@ class ElasticRunner:
         self.liveness = liveness
         self.clock = clock
         self.events: queue.Queue[Any] = queue.Queue()
-        self.driver = d.ElasticDriver(config, now=clock())
+        self.driver = ElasticDriver(config, now=clock())
         self.specs: dict[str, HostSpec] = {}
         self.groups: dict[str, list[RankGroup]] = {}
         self.stoppers: list[threading.Thread] = []
@@ -99,7 +101,7 @@ class ElasticRunner:
         self._port = self._server.address[1]
         poller = threading.Thread(target=self._poll_discovery, daemon=True,
                                   name="elastic-discovery")
-        outcome: d.Finish | None = None
+        outcome: ev.Finish | None = None
         try:
             with signals_to(self.events):
                 poller.start()
@@ -114,74 +116,74 @@ class ElasticRunner:
         if outcome.code != 0:
             raise ElasticJobFailed(f"job failed: {outcome.message}", outcome.code)
 
-    def _loop(self) -> d.Finish:
+    def _loop(self) -> ev.Finish:
         while True:
             try:
                 item = self.events.get(timeout=TICK_SECONDS)
             except queue.Empty:
                 item = None
             now = self.clock()
-            event = self._translate(item, now) if item is not None else d.Tick(now)
+            event = self._translate(item, now) if item is not None else ev.Tick(now)
             actions = self.driver.handle(event) if event is not None else []
-            if event is not None and not isinstance(event, d.Tick):
-                actions += self.driver.handle(d.Tick(now))
+            if event is not None and not isinstance(event, ev.Tick):
+                actions += self.driver.handle(ev.Tick(now))
             for action in actions:
                 self._perform(action)
             if self.driver.outcome is not None:
                 return self.driver.outcome
 
-    def _translate(self, item: Any, now: float) -> d.Event | None:
+    def _translate(self, item: Any, now: float) -> ev.Event | None:
         if isinstance(item, OutputEvent):
             self.sink.write(item)
             return None
         if isinstance(item, ExitEvent):
-            return d.WorkerExited(now, item.rank, item.exit_code, item.signal,
+            return ev.WorkerExited(now, item.rank, item.exit_code, item.signal,
                                   item.error_text or "")
         if isinstance(item, ExecutorErrorEvent):
             for worker in item.ranks[1:]:
                 self.events.put(ExitEvent(worker, 255, None, item.message))
-            return d.WorkerExited(now, item.ranks[0], 255, None, item.message) \
+            return ev.WorkerExited(now, item.ranks[0], 255, None, item.message) \
                 if item.ranks else None
         if isinstance(item, InterruptEvent):
-            return d.Interrupt(now, item.signum)
+            return ev.Interrupt(now, item.signum)
         kind = item[0]
         if kind == "discovered":
-            return d.Discovered(now, item[1])
+            return ev.Discovered(now, item[1])
         if kind == "discovery_failed":
-            return d.DiscoveryFailed(now, item[1], item[2], item[3])
+            return ev.DiscoveryFailed(now, item[1], item[2], item[3])
         if kind == "joined":
-            return d.Joined(now, item[1], item[2])
+            return ev.Joined(now, item[1], item[2])
         if kind == "lost":
-            return d.ConnectionLost(now, item[1])
+            return ev.ConnectionLost(now, item[1])
         if kind == "formed":
-            return d.Formed(now, item[1])
+            return ev.Formed(now, item[1])
         if kind == "aborted":
-            return d.Aborted(now, item[1], item[2])
+            return ev.Aborted(now, item[1], item[2])
         return None
 
     # -- actions --------------------------------------------------------------------------
 
-    def _perform(self, action: d.Action) -> None:
+    def _perform(self, action: ev.Action) -> None:
         server = self._server
-        if isinstance(action, d.StartWorkers):
+        if isinstance(action, ev.StartWorkers):
             self._start_workers(action)
-        elif isinstance(action, d.StopHost):
+        elif isinstance(action, ev.StopHost):
             self.stoppers += stop_groups(self.groups.get(action.host, []),
                                          self.settings.grace_seconds)
-        elif isinstance(action, d.Publish):
+        elif isinstance(action, ev.Publish):
             gen = action.generation
             server.publish(gen.number, [{**dataclasses.asdict(a), "sync": gen.sync}
                                         for a in gen.members], action.removed)
-        elif isinstance(action, d.NotifyHostsUpdated):
+        elif isinstance(action, ev.NotifyHostsUpdated):
             server.notify(action.seq, action.bits)
-        elif isinstance(action, d.AbortGeneration):
+        elif isinstance(action, ev.AbortGeneration):
             server.abort_generation(action.generation, action.reason)
-        elif isinstance(action, d.Finish):
+        elif isinstance(action, ev.Finish):
             server.finish(action.message or "the job finished")
-        elif isinstance(action, d.Record):
+        elif isinstance(action, ev.Record):
             self._record(action)
 
-    def _record(self, record: d.Record) -> None:
+    def _record(self, record: ev.Record) -> None:
         elapsed = self.clock() - self._started
         if self._log is not None:
             self._log.write(json.dumps({"t": round(elapsed, 3), "wall": round(
@@ -208,13 +210,13 @@ class ElasticRunner:
             self.stderr.write(f"gcurun: elastic: {line}\n")
             self.stderr.flush()
 
-    def _start_workers(self, action: d.StartWorkers) -> None:
+    def _start_workers(self, action: ev.StartWorkers) -> None:
         spec = self.specs.get(action.host, HostSpec(action.host))
         thread = threading.Thread(target=self._start_batch, args=(spec, action.assignments),
                                   daemon=True, name=f"elastic-start-{action.host}")
         thread.start()
 
-    def _start_batch(self, spec: HostSpec, assignments: Sequence[d.Assignment]) -> None:
+    def _start_batch(self, spec: HostSpec, assignments: Sequence[Assignment]) -> None:
         """Plan, prepare (SSH preflight) and start one batch; a failure to start is the
         workers' failure, reported as their exit."""
         ids = tuple(a.worker for a in assignments)
@@ -227,7 +229,7 @@ class ElasticRunner:
         except (GcurunError, OSError) as exc:
             self.events.put(ExecutorErrorEvent(ids, f"could not start on {spec.name}: {exc}"))
 
-    def _make_group(self, spec: HostSpec, assignments: Sequence[d.Assignment]) -> RankGroup:
+    def _make_group(self, spec: HostSpec, assignments: Sequence[Assignment]) -> RankGroup:
         from gcurun.launch.execute import group_factory
         from gcurun.launch.prepare import plan_job, prepare_plan
 

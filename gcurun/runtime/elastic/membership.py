@@ -92,8 +92,8 @@ def _hosts_updated(seq: int, bits: int) -> None:
 def _lost(reason: str) -> None:
     """The launcher is gone for this worker: wake every blocked collective."""
     from gcurun.runtime.frontend.state import current_state
+    from gcurun.runtime.transport.tcp_connections import Connections
 
     state = current_state()
-    aborted_by = getattr(state.transport, "_aborted_by", None) if state is not None else None
-    if aborted_by is not None:
-        aborted_by(reason)
+    if state is not None and isinstance(state.transport, Connections):
+        state.transport.job_aborted(reason)

@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 from gcurun.runtime.torch import mpi_ops
+from gcurun.runtime.torch._optimizer_args import Group, named_parameters_of, parameter_groups
 from gcurun.runtime.torch.compression import Compression, Compressor
 from gcurun.runtime.torch.mpi_ops import Average
 from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set
 
-Group = tuple[torch.Tensor, ...]
 _created = itertools.count()
 
 
@@ -53,13 +53,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._hooks: list[Any] = []
-        self._communicating = bool(process_set.included()) and (process_set.size() or 1) > 1
+        self._communicating = self._wants_to_communicate()
         # On the engine (the job's or the set's), each gradient's allreduce starts from
         # its hook and overlaps the rest of backward.
         self._overlap = self._communicating
         if self._communicating:
-            for p in self._requires_update:
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+            self._register_hooks()
+
+    def _wants_to_communicate(self) -> bool:
+        return bool(self.process_set.included()) and (self.process_set.size() or 1) > 1
+
+    def _register_hooks(self) -> None:
+        for p in self._requires_update:
+            self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
 
     # -- hooks and allreduces ------------------------------------------------------------
 
@@ -275,6 +281,34 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
 
+    # -- elastic jobs ----------------------------------------------------------------------
+
+    def rearm(self) -> None:
+        """Ready this optimizer for a new generation of an elastic job (its process set
+        may have a new size): forget in-flight gradient allreduces, filled-in gradients and
+        backward passes counted towards ``backward_passes_per_step``, and decide again
+        whether it communicates (``size() > 1``), registering its gradient hooks if it
+        starts to. Needed because both are decided at construction: a job may grow from
+        one rank, and a failure inside ``backward()`` may leave allreduces half-started.
+        """
+        self._handles.clear()
+        self._filled.clear()
+        for group in self._group_ready:
+            self._group_ready[group] = 0
+        self._reset_delays()
+        self._synchronized = False
+        self._should_synchronize = True
+        communicating = self._wants_to_communicate()
+        if communicating and not self._hooks:
+            self._register_hooks()
+        self._communicating = communicating
+        self._overlap = communicating and bool(self._hooks)
+
+
+def is_distributed(optimizer: Any) -> bool:
+    """Whether ``optimizer`` was made by :func:`DistributedOptimizer`."""
+    return isinstance(optimizer, _DistributedOptimizer)
+
 
 def _grad(p: torch.Tensor) -> torch.Tensor:
     grad = p.grad
@@ -315,67 +349,13 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         warnings.warn("num_groups is deprecated; use groups=", DeprecationWarning,
                       stacklevel=2)
         groups = num_groups if groups is None else groups
-    named = _named(optimizer, named_parameters)
+    named = named_parameters_of(optimizer, named_parameters)
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__),
                {"__module__": optimizer.__class__.__module__})
     distributed: Any = object.__new__(cls)
     distributed.__dict__.update(optimizer.__dict__)
     distributed._distribute(named, compression, backward_passes_per_step, op,
-                            gradient_predivide_factor, _groups(optimizer, named, groups),
+                            gradient_predivide_factor,
+                            parameter_groups(optimizer, named, groups),
                             sparse_as_dense, process_set)
     return distributed
-
-
-def _named(optimizer: torch.optim.Optimizer,
-           named_parameters: Iterable[tuple[str, torch.Tensor]] | None
-           ) -> list[tuple[str, torch.Tensor]]:
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    if named_parameters is None:
-        return [(f"allreduce.noname.{i}", p) for i, p in enumerate(params)]
-    named = list(named_parameters)
-    if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
-        raise ValueError("named_parameters should be (name, parameter) pairs, as "
-                         "model.named_parameters() gives")
-    names = [name for name, _ in named]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise ValueError(f"named_parameters: names must be unique; {', '.join(duplicates)} "
-                         "appear more than once")
-    known = {id(p) for _, p in named}
-    unnamed = [i for i, p in enumerate(params) if id(p) not in known]
-    if unnamed:
-        raise ValueError(f"named_parameters does not name {len(unnamed)} of the optimizer's "
-                         f"parameters (positions {unnamed[:8]} in its parameter groups); "
-                         "pass model.named_parameters() of the model the optimizer trains")
-    wanted = {id(p) for p in params}
-    return [(name, p) for name, p in named if id(p) in wanted]
-
-
-def _groups(optimizer: torch.optim.Optimizer, named: list[tuple[str, torch.Tensor]],
-            groups: int | Sequence[Sequence[torch.Tensor]] | None) -> list[Group]:
-    """Explicit groups of parameters whose gradients are reduced together."""
-    trained = [p for group in optimizer.param_groups for p in group["params"]
-               if p.requires_grad]
-    if not groups:
-        return []
-    if isinstance(groups, int):
-        if groups < 0:
-            raise ValueError(f"groups={groups}: give a count of 1 or more, or lists of "
-                             "parameters")
-        count = min(groups, len(trained))
-        size, extra = divmod(len(trained), count)
-        bounds = [i * size + min(i, extra) for i in range(count + 1)]
-        return [tuple(trained[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-    ids = {id(p) for p in trained}
-    result = []
-    for group in groups:
-        members = tuple(group)
-        if any(id(p) not in ids for p in members):
-            raise ValueError("groups: every parameter of a group must be one the optimizer "
-                             "trains (requires_grad)")
-        if members:
-            result.append(members)
-    seen = [id(p) for group in result for p in group]
-    if len(seen) != len(set(seen)):
-        raise ValueError("groups: a parameter appears in more than one group")
-    return result

@@ -6,7 +6,8 @@ and shutdown. :class:`gcurun.runtime.transport.tcp.TCPTransport` moves data over
 A rank listens on, and offers peers on other hosts, the addresses of
 :mod:`.addresses` (every address that might reach it, or the chosen interface's); a
 connecting rank tries them in turn, each attempt bounded, and names both hosts and
-every address it tried when none leads to the peer.
+every address it tried when none leads to the peer. The socket-level helpers are in
+:mod:`._tcp_sockets`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ from gcurun.rendezvous import wire
 from gcurun.rendezvous.client import RendezvousClient
 from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
 from gcurun.runtime.transport import shm
+from gcurun.runtime.transport._tcp_sockets import (
+    dial_unix,
+    failure_reason,
+    receive_channel,
+    send_channel,
+    tune,
+)
 from gcurun.runtime.transport.addresses import (
     host_interfaces,
     offered_addresses,
@@ -45,7 +53,6 @@ CONNECT_EXTRA = struct.Struct("<IIBI")     # connector's rank, generation, featu
 ACCEPT_EXTRA = struct.Struct("<IB")        # acceptor's rank, features
 CAN_READ_YOU = 1                           # feature: single-copy reads of the other side
 CAN_SHARE_RINGS = 2                        # feature: shared-memory rings
-SOCKET_BUFFER_BYTES = 4 << 20
 HANDSHAKE_SECONDS = 10.0
 ABORT_GRACE_SECONDS = 1.0
 ATTEMPT_SECONDS = 5.0       # one connection attempt to one address of a peer
@@ -75,7 +82,7 @@ class Connections:
         self.timeout = timeout
         self._secret = secret
         self._cma = CrossMemory(enabled=cma)
-        self._client = RendezvousClient(rendezvous, secret, timeout, self._aborted_by)
+        self._client = RendezvousClient(rendezvous, secret, timeout, self.job_aborted)
         self._rings = rings and shm.available()
         self._links: dict[int, Link] = {}
         # Per same-host peer that reads us and that we read: a large exchange, fast.
@@ -206,7 +213,7 @@ class Connections:
                                                   ACCEPT_EXTRA.pack(self.rank, mine)), deadline)
             channel = None
             if mine & theirs & CAN_SHARE_RINGS:
-                channel = _receive_channel(sock, deadline)
+                channel = receive_channel(sock, deadline)
         except (wire.WireError, OSError, struct.error) as exc:
             if not self._closing:
                 log.warning("rank %d: refused a connection from %s: %s", self.rank, where, exc)
@@ -216,7 +223,7 @@ class Connections:
                          bool(theirs & CAN_READ_YOU), channel))
 
     def _adopt(self, link: Link) -> None:
-        _tune(link.sock)
+        tune(link.sock)
         if self.liveness is not None:
             wire.set_liveness(link.sock, self.liveness)
         with self._ready:
@@ -238,7 +245,7 @@ class Connections:
     def _connect(self, peer: int) -> Link:
         deadline = time.monotonic() + self.timeout
         info = self._peer_info(peer, deadline)
-        sock = _dial_unix(info.get("unix")) if info.get("host") == self.hostname else None
+        sock = dial_unix(info.get("unix")) if info.get("host") == self.hostname else None
         if sock is not None:
             try:
                 return self._handshake(peer, info, sock, deadline)
@@ -259,14 +266,14 @@ class Connections:
                     sock = socket.create_connection((host, port),
                                                     timeout=min(ATTEMPT_SECONDS, left))
                 except OSError as exc:
-                    tried[where] = _reason(exc)
+                    tried[where] = failure_reason(exc)
                     continue
                 try:
                     return self._handshake(peer, info, sock, min(
                         deadline, time.monotonic() + HANDSHAKE_SECONDS))
                 except (wire.WireError, OSError) as exc:
                     sock.close()
-                    tried[where] = _reason(exc)
+                    tried[where] = failure_reason(exc)
         raise self._unreachable(peer, info, tried)
 
     def _trial_order(self, info: dict) -> list[tuple[str, int]]:
@@ -304,7 +311,7 @@ class Connections:
         theirs = ACCEPT_EXTRA.unpack(extra)[1]
         channel = None
         if mine & theirs & CAN_SHARE_RINGS:
-            channel = _send_channel(sock)
+            channel = send_channel(sock)
         self._adopt(Link(sock, peer, int(info.get("pid", 0)), bool(mine & CAN_READ_YOU),
                          bool(theirs & CAN_READ_YOU), channel))
         return self._links[peer]
@@ -343,8 +350,12 @@ class Connections:
 
     # -- failure and shutdown --------------------------------------------------------------
 
-    def _aborted_by(self, reason: str) -> None:
-        """The rendezvous says the job is over: wake every blocked call."""
+    def job_aborted(self, reason: str) -> None:
+        """Learn that this generation of the job is over for this rank (the rendezvous
+        says a rank failed, or an elastic worker lost the launcher): every blocked call
+        wakes and raises :class:`PeerFailureError` with ``reason``, as does every later
+        one (the first reason given is kept). Sends nothing to the other ranks; that is
+        :meth:`abort`. Safe from any thread; a second call is harmless."""
         self._abort = self._abort or reason
         self._aborted.set()
         with self._ready:
@@ -384,63 +395,3 @@ class Connections:
 
     def _is_closing(self) -> bool:
         return self._closing
-
-
-def _reason(exc: BaseException) -> str:
-    """A connection attempt's failure, in a few words."""
-    if isinstance(exc, TimeoutError) or isinstance(exc, socket.timeout):
-        return "timed out"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror.lower()
-    return str(exc) or type(exc).__name__
-
-
-def _tune(sock: socket.socket) -> None:
-    sock.setblocking(False)
-    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
-        except OSError:
-            pass
-    if sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-def _dial_unix(name_hex: str | None) -> socket.socket | None:
-    """A connection to a same-host peer's abstract Unix socket, or None (another network
-    namespace, no Unix sockets): the caller falls back to TCP."""
-    if not name_hex or not hasattr(socket, "AF_UNIX"):
-        return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(bytes.fromhex(name_hex))
-    except (OSError, ValueError):
-        sock.close()
-        return None
-    return sock
-
-
-def _send_channel(sock: socket.socket) -> shm.Channel:
-    """Create the rings of a new same-host link and hand their memory to the peer."""
-    channel, fd = shm.Channel.create()
-    try:
-        socket.send_fds(sock, [b"M"], [fd])
-    except OSError:
-        channel.close()
-        raise
-    finally:
-        os.close(fd)
-    return channel
-
-
-def _receive_channel(sock: socket.socket, deadline: float) -> shm.Channel:
-    sock.settimeout(max(0.01, deadline - time.monotonic()))
-    try:
-        message, fds, _, _ = socket.recv_fds(sock, 1, 1)
-    except TimeoutError:
-        raise wire.WireError("timed out waiting for the shared memory") from None
-    if message != b"M" or len(fds) != 1:
-        for fd in fds:
-            os.close(fd)
-        raise wire.WireError("sent no shared memory where it promised some")
-    return shm.Channel(fds[0], creator=False)

@@ -141,11 +141,11 @@ class TorchState(ObjectState):
 
     def reset(self) -> None:
         """A new generation: re-arm every DistributedOptimizer for the new size."""
-        from gcurun.runtime.torch.elastic.rearm import rearm
+        from gcurun.runtime.torch.optimizer import is_distributed
 
         for handler in self._handlers.values():
-            if isinstance(handler, OptimizerStateHandler):
-                rearm(handler.value)
+            if isinstance(handler, OptimizerStateHandler) and is_distributed(handler.value):
+                handler.value.rearm()
 
     def __setattr__(self, name: str, value: Any) -> None:
         if hasattr(self, "_handlers") and name in self._handlers:
