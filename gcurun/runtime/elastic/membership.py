@@ -13,7 +13,7 @@ from gcurun.rendezvous.elastic import MembershipClient
 from gcurun.runtime.settings import RuntimeEnv
 
 if TYPE_CHECKING:
-    from gcurun.runtime.frontend.state import _State
+    from gcurun.runtime.frontend.state import JobState
 
 _client: MembershipClient | None = None
 _last_generation = 0
@@ -52,11 +52,11 @@ def last_assignment() -> dict[str, Any] | None:
     return _assignment
 
 
-def open_elastic(env: RuntimeEnv, host: str) -> _State:
+def open_elastic(env: RuntimeEnv, host: str) -> JobState:
     """The runtime state of this worker's next generation: join, then open the tcp
     transport among its members (every member calls it)."""
     from gcurun.runtime.frontend.layout import RankLayout, derive_rank_layout
-    from gcurun.runtime.frontend.state import _State
+    from gcurun.runtime.frontend.state import JobState
     from gcurun.runtime.transport.opening import open_transport
 
     assert env.rendezvous is not None and env.secret is not None
@@ -69,7 +69,7 @@ def open_elastic(env: RuntimeEnv, host: str) -> _State:
     derived = derive_rank_layout([str(p.get("host")) for p in opened.peers], rank)
     layout = RankLayout(rank, size, int(a["local_rank"]), int(a["local_size"]),
                         int(a["cross_rank"]), int(a["cross_size"]), derived.homogeneous)
-    return _State("tcp", opened.transport, layout, env, opened)
+    return JobState("tcp", opened.transport, layout, env, opened)
 
 
 def register_listener(state: Any) -> None:

@@ -26,7 +26,7 @@ from gcurun.runtime.transport.opening import Opened, open_transport
 
 
 @dataclass
-class _State:
+class JobState:
     backend: BackendName
     transport: Transport
     topology: RankLayout
@@ -41,7 +41,7 @@ class _State:
     hosts: list[str] | None = None  # every rank's host, in rank order (two-level allreduce)
 
 
-_state: _State | None = None
+_state: JobState | None = None
 _lock = threading.Lock()
 _generation = 0
 _atexit_registered = False
@@ -99,7 +99,7 @@ def shutdown() -> None:
         state.opened.close()
 
 
-def current_state() -> _State | None:
+def current_state() -> JobState | None:
     """The running job's state, or None before init() (never raises)."""
     return _state
 
@@ -108,7 +108,7 @@ def is_initialized() -> bool:
     return _state is not None
 
 
-def state(what: str) -> _State:
+def state(what: str) -> JobState:
     current = _state
     if current is None:
         raise NotInitializedError(what)
@@ -190,7 +190,7 @@ def hostname(env: RuntimeEnv) -> str:
     return facts.hostname if facts is not None and facts.hostname else socket.gethostname()
 
 
-def _start_engine(state_: _State) -> _State:
+def _start_engine(state_: JobState) -> JobState:
     """Start the job's background engine; the public collectives go through it."""
     try:
         if state_.backend == "mpi":
@@ -216,7 +216,7 @@ def _check_mpi_threads() -> None:
 # -- backends ---------------------------------------------------------------------------
 
 
-def _init_local(env: RuntimeEnv) -> _State:
+def _init_local(env: RuntimeEnv) -> JobState:
     if env.facts is not None and env.facts.size > 1:
         raise UsageError(f"GCURUN_SIZE={env.facts.size} but this process has no way to reach "
                          "its peers: GCURUN_RENDEZVOUS is unset and no MPI launcher started "
@@ -224,10 +224,10 @@ def _init_local(env: RuntimeEnv) -> _State:
     opened = open_transport("local", env, [0], 0, hostname=hostname(env))
     assert opened.transport is not None
     layout = RankLayout(0, 1, 0, 1, 0, 1, True)
-    return _State("local", opened.transport, layout, env, opened)
+    return JobState("local", opened.transport, layout, env, opened)
 
 
-def _init_tcp(env: RuntimeEnv) -> _State:
+def _init_tcp(env: RuntimeEnv) -> JobState:
     global _generation
     facts = env.facts
     missing = [name for name, value in (("GCURUN_RANK/GCURUN_SIZE", facts),
@@ -253,10 +253,10 @@ def _init_tcp(env: RuntimeEnv) -> _State:
         # The launcher's plan is the truth (its hosts may share one kernel in tests).
         layout = RankLayout(facts.rank, facts.size, facts.local_rank, facts.local_size,
                             facts.cross_rank, facts.cross_size, layout.homogeneous)
-    return _State("tcp", opened.transport, layout, env, opened, hosts=hosts)
+    return JobState("tcp", opened.transport, layout, env, opened, hosts=hosts)
 
 
-def _init_mpi(env: RuntimeEnv, comm: Any) -> _State:
+def _init_mpi(env: RuntimeEnv, comm: Any) -> JobState:
     from mpi4py import MPI
 
     from gcurun.runtime.transport.mpi import mpi_topology
@@ -280,4 +280,4 @@ def _init_mpi(env: RuntimeEnv, comm: Any) -> _State:
                         cross_rank_, cross_size_, len(set(sizes)) == 1)
     threads = MPI.Query_thread() == MPI.THREAD_MULTIPLE
     hosts = [str(h) for h in comm.allgather(hostname(env))]
-    return _State("mpi", transport, layout, env, opened, threads, comm=comm, hosts=hosts)
+    return JobState("mpi", transport, layout, env, opened, threads, comm=comm, hosts=hosts)
