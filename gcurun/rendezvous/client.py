@@ -105,16 +105,7 @@ class RendezvousClient:
         sock, self._sock = self._sock, None
         if sock is None:
             return
-        try:
-            with self._send_lock:
-                sock.settimeout(1.0)
-                sock.sendall(wire.encode_frame({"op": "bye"}))
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
-        if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join(timeout=2)
+        say_goodbye(sock, self._send_lock, self._reader)
 
     def _send(self, message: dict[str, Any]) -> None:
         sock = self._sock
@@ -149,3 +140,19 @@ class RendezvousClient:
             self._error = self._error or reason
             self._answered.set()
             self._on_abort(reason)
+
+
+def say_goodbye(sock: socket.socket, send_lock: Any, reader: threading.Thread | None) -> None:
+    """Leave a rendezvous connection on purpose: ``bye`` (1 s at most, under the sender's
+    lock), shut down and close ``sock``, then give its ``reader`` thread 2 s to end
+    (unless the caller is that thread)."""
+    try:
+        with send_lock:
+            sock.settimeout(1.0)
+            sock.sendall(wire.encode_frame({"op": "bye"}))
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+    if reader is not None and reader is not threading.current_thread():
+        reader.join(timeout=2)

@@ -28,6 +28,7 @@ from typing import Any
 
 from gcurun.errors import GcurunError
 from gcurun.rendezvous import wire
+from gcurun.rendezvous.client import say_goodbye
 from gcurun.rendezvous.server import LABEL, Connection, RendezvousServer
 
 # on_event receives one of:
@@ -284,16 +285,7 @@ class MembershipClient:
         sock, self._sock = self._sock, None
         if sock is None:
             return
-        try:
-            with self._send_lock:
-                sock.settimeout(1.0)
-                sock.sendall(wire.encode_frame({"op": "bye"}))
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
-        if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join(timeout=2)
+        say_goodbye(sock, self._send_lock, self._reader)
 
     def _send(self, message: dict[str, Any]) -> None:
         sock = self._sock

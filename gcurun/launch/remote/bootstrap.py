@@ -53,8 +53,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from gcurun.launch.remote.guard import Guard, group_alive
-from gcurun.launch.remote.mpi_guard import signal_group
+from gcurun.launch.remote.guard import Guard
+from gcurun.launch.remote.mpi_guard import group_exists, signal_group
 from gcurun.launch.remote.protocol import (
     ERROR,
     EXIT,
@@ -355,7 +355,7 @@ class Bootstrap:
         self.send(pack_frame(EXIT, r.rank, json.dumps(result).encode()))
         r.reported = True
         self.draining.discard(r)
-        if self.guard is not None and not group_alive(r.proc.pid):
+        if self.guard is not None and not group_exists(r.proc.pid):
             self.guard.tell(f"-{r.proc.pid}")
 
     def control(self) -> None:

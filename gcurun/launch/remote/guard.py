@@ -12,7 +12,7 @@ import os
 import signal
 import time
 
-from gcurun.launch.remote.mpi_guard import signal_group
+from gcurun.launch.remote.mpi_guard import group_exists, signal_group
 
 POLL_SECONDS = 0.05
 GUARD_NAME = b"gcurun-guard"
@@ -102,17 +102,7 @@ def guard_groups(fd: int, grace: float) -> None:
     for group in groups:
         signal_group(group, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(group_alive(g) for g in groups):
+    while time.monotonic() < deadline and any(group_exists(g) for g in groups):
         time.sleep(POLL_SECONDS)
     for group in groups:
         signal_group(group, signal.SIGKILL)
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -53,6 +53,17 @@ def signal_group(pgid: int, signum: int) -> None:
         pass
 
 
+def group_exists(pgid: int) -> bool:
+    """True while any process, a zombie included, is left in group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def session_processes(sid: int) -> list[tuple[int, int]]:
     """(pid, process group) of every live process in session ``sid`` but this one."""
     found = []

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from gcurun.launch.remote.mpi_guard import signal_group
+from gcurun.launch.remote.mpi_guard import group_exists, signal_group
 
 if TYPE_CHECKING:
     import psutil
@@ -52,17 +52,6 @@ def stop_processes(pids: Sequence[int], grace_seconds: float) -> None:
         signal_group(pid, signal.SIGKILL)
     for s in strays:
         _signal(s, signal.SIGKILL)
-
-
-def group_exists(pgid: int) -> bool:
-    """True while any process, a zombie included, is left in group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def live_groups(pgids: Iterable[int]) -> set[int]:
