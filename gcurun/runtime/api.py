@@ -73,6 +73,24 @@ class Transport(Protocol):
     # ``sendrecv_parts`` at once, ``(sendbufs, dest, recvbufs, source)`` each, no peer in
     # two of them, all in flight together (tcp and mpi do; the two-level allreduce uses
     # it where it is there, and takes the exchanges in turn where it is not).
+    #
+    # And ``start_sendrecv_parts(sendbufs, dest, recvbufs, source)``: the same exchange
+    # started and left in flight, returned as an :class:`InFlight`, or None where this
+    # pair of peers gains nothing from it (then nothing was started; the caller runs
+    # ``sendrecv_parts``). The ring reduces what has arrived of a chunk while the rest,
+    # and the next chunk, still move (tcp does, for peers on other hosts).
+
+
+class InFlight(Protocol):
+    """An exchange started by ``start_sendrecv_parts``: its bytes move while the caller
+    works, and further ones may be started behind it (messages keep their order)."""
+
+    def received(self, at_least: int) -> int:
+        """Move bytes until at least ``at_least`` bytes of the receive (its buffers
+        taken together, in order) have arrived, or all of them; how many have."""
+
+    def wait(self) -> None:
+        """Move bytes until the whole exchange is done (the sent buffers may change)."""
 
 
 class NotInitializedError(CollectiveError, ValueError):

@@ -187,6 +187,19 @@ def test_sub_communicators(size: int) -> None:
         assert job.lines(f"rank {rank} ok:"), job.stdout
 
 
+@pytest.mark.parametrize("size", [2, 3])
+def test_large_allreduces_stream_over_sockets(size: int) -> None:
+    """Ranks whose bytes go by socket (as between hosts) reduce each chunk as it
+    arrives, with the next in flight: large tensors, fused groups and every op come out
+    exact, and the exchanges were left in flight."""
+    job = run_tcp(size, "streaming.py", env={"GCURUN_CMA": "0", "GCURUN_SHM": "0"})
+    assert job.returncodes == [0] * size, job.stdout + job.stderr
+    for rank in range(size):
+        lines = job.lines(f"rank {rank} of {size} ok: ")
+        assert len(lines) == 1, job.stdout + job.stderr
+        assert int(lines[0].split(", ")[1].split()[0]) > 0, lines[0]
+
+
 @pytest.mark.mpi
 @needs_mpi
 @pytest.mark.parametrize(("size", "env"), [

@@ -23,6 +23,7 @@ from typing import Literal
 import numpy as np
 
 from gcurun.runtime.algorithms.pieces import Finish, Pieces
+from gcurun.runtime.algorithms.ring import cut
 from gcurun.runtime.algorithms.segments import Segment, even_counts, to_segments
 from gcurun.runtime.api import Buffer, Transport
 
@@ -284,10 +285,7 @@ def _reduce_scatter(group: Subgroup, pieces: Pieces, segments: Sequence[Segment]
             sends = [pair[1 if step else 0] for pair in pieces.parts(
                 send_offset + start, min(chunk, send_length - start))]
             incoming = pieces.parts(recv_offset + start, min(chunk, recv_length - start))
-            arrived, position = [], 0
-            for mine, _ in incoming:
-                arrived.append(tmp[position:position + len(mine)])
-                position += len(mine)
+            arrived = cut(tmp, incoming)
             yield group, sends, arrived
             for (mine, acc), theirs in zip(incoming, arrived, strict=True):
                 ufunc(mine, theirs, out=acc)

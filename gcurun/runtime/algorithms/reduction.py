@@ -23,7 +23,13 @@ import numpy as np
 from gcurun.runtime.algorithms.gather import gather_allreduce
 from gcurun.runtime.algorithms.levels import HostLayout, Mode, TwoLevels, use_two_levels
 from gcurun.runtime.algorithms.pieces import Finish, Pieces
-from gcurun.runtime.algorithms.ring import ring_allgather, ring_reduce_scatter
+from gcurun.runtime.algorithms.ring import (
+    ARRIVAL_BYTES,
+    Chunk,
+    reduce_arriving,
+    ring_allgather,
+    ring_reduce_scatter,
+)
 from gcurun.runtime.algorithms.segments import even_counts, pair_halves, to_segments
 from gcurun.runtime.api import Transport
 from gcurun.runtime.dtypes import aligned_empty
@@ -92,6 +98,8 @@ class Reducer:
         self.held: Any = None
         self._runs: tuple[Callable[[], None], Callable[[], None]] | None = None
         self._last: weakref.ref | None = None
+        # The transport can leave an exchange in flight while this rank reduces.
+        self._streams = hasattr(transport, "start_sendrecv_parts")
 
     def allreduce(self, pieces: Pieces, ufunc: np.ufunc, finish: Finish | None = None,
                   phase: Phase | None = None, key: Any = None) -> None:
@@ -137,10 +145,11 @@ class Reducer:
                                    partial(self.scratch.spare, dtype))
             return
         segments = to_segments(even_counts(total, t.size))
-        tmp = self.scratch.chunk(pieces.pairs[0][0].dtype)
+        tmp = self.scratch.chunk(dtype)
+        spare = self.scratch.spare(dtype, 0) if self._streams else None
         if phase is not None:
             phase("RING_REDUCESCATTER", True)
-        ring_reduce_scatter(t, pieces, segments, ufunc, tmp, finish)
+        ring_reduce_scatter(t, pieces, segments, ufunc, tmp, finish, spare)
         if phase is not None:
             phase("RING_REDUCESCATTER", False)
             phase("RING_ALLGATHER", True)
@@ -155,24 +164,33 @@ class Reducer:
         peer = 1 - t.rank
         mine, theirs, mine_len = pair_halves(len(src), t.rank)
         incoming = self.scratch.chunk(src.dtype)[:mine_len]
-        runs = None
-        if key is not None:
-            runs = self._runs if key is self.held else self._hold(key, src, mine, theirs,
-                                                                  incoming)
-            if runs is not None:
-                self._last = None       # (a row of another tensor's calls ends)
         if phase is not None:
             phase("RING_REDUCESCATTER", True)
-        if runs is not None:
-            runs[0]()           # the far half out, the peer's near half in
+        flight = None
+        if self._streams and incoming.nbytes > ARRIVAL_BYTES:
+            flight = t.start_sendrecv_parts(  # type: ignore[attr-defined]
+                [src[theirs]], peer, [incoming], peer)
+        runs = None
+        if flight is not None:  # a peer on another host: reduced as it arrives
+            reduce_arriving(Chunk([(src[mine], out[mine])], [incoming], flight), ufunc,
+                            finish, None)
+            flight.wait()
         else:
-            t.sendrecv(src[theirs], peer, incoming, peer)
-        if ufunc is np.minimum or ufunc is np.maximum:
-            ufunc(src[mine], incoming, out=out[mine])
-        else:                   # (out as a keyword costs more)
-            ufunc(src[mine], incoming, out[mine])
-        if finish is not None:
-            finish(out[mine])
+            if key is not None:
+                runs = self._runs if key is self.held else self._hold(key, src, mine, theirs,
+                                                                      incoming)
+                if runs is not None:
+                    self._last = None   # (a row of another tensor's calls ends)
+            if runs is not None:
+                runs[0]()       # the far half out, the peer's near half in
+            else:
+                t.sendrecv(src[theirs], peer, incoming, peer)
+            if ufunc is np.minimum or ufunc is np.maximum:
+                ufunc(src[mine], incoming, out=out[mine])
+            else:               # (out as a keyword costs more)
+                ufunc(src[mine], incoming, out[mine])
+            if finish is not None:
+                finish(out[mine])
         if phase is not None:
             phase("RING_REDUCESCATTER", False)
             phase("RING_ALLGATHER", True)

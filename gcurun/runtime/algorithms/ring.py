@@ -10,43 +10,146 @@ compute the same chunk boundaries, so message sizes always match (MPI needs that
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
 from gcurun.runtime.algorithms.pieces import Finish, Pieces
 from gcurun.runtime.algorithms.segments import Segment, to_segments
-from gcurun.runtime.api import Transport
+from gcurun.runtime.api import InFlight, Transport
+
+# Reducing on arrival: what has come of a chunk is reduced in pieces of at least this
+# many bytes (fewer calls into numpy, each on data still in cache).
+ARRIVAL_BYTES = 256 << 10
 
 
 def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[Segment],
-                        ufunc: np.ufunc, tmp: np.ndarray, finish: Finish | None = None
-                        ) -> None:
+                        ufunc: np.ufunc, tmp: np.ndarray, finish: Finish | None = None,
+                        spare: np.ndarray | None = None) -> None:
     """Rank r ends with segment r reduced into the outputs. Segments travel in chunks of
     ``len(tmp)`` elements, each one message however many pieces it spans. ``finish``
     (averaging, scaling) is applied to each chunk of segment r as soon as it is reduced,
-    while it is still in cache: every element is finished once, by its owner."""
+    while it is still in cache: every element is finished once, by its owner.
+
+    With ``spare`` (a second buffer like ``tmp``), a transport that can leave exchanges
+    in flight (``start_sendrecv_parts``) streams each step: a chunk is reduced piece by
+    piece as it arrives, and the next chunk's exchange starts before its last piece is
+    reduced, so the link does not wait for the reduction. The messages are the same."""
     p, r = t.size, t.rank
-    right, left = (r + 1) % p, (r - 1) % p
-    chunk = len(tmp)
+    start = getattr(t, "start_sendrecv_parts", None) if spare is not None else None
+    buffers = (tmp, tmp if spare is None else spare)
     for step in range(p - 1):
-        send_offset, send_length = segments[(r - step - 1) % p]
-        recv_offset, recv_length = segments[(r - step - 2) % p]
+        exchanges = _Step(t, start, pieces, segments[(r - step - 1) % p],
+                          segments[(r - step - 2) % p], buffers, step == 0)
         last = step == p - 2
-        for start in range(0, max(send_length, recv_length), chunk):
-            # The first step sends inputs; later ones the sums of the step before.
-            sends = [pair[1 if step else 0] for pair in
-                     pieces.parts(send_offset + start, min(chunk, send_length - start))]
-            incoming = pieces.parts(recv_offset + start, min(chunk, recv_length - start))
-            arrived, position = [], 0
-            for local, _ in incoming:         # cut as the sender cuts the same range
-                arrived.append(tmp[position:position + len(local)])
-                position += len(local)
+        current = exchanges.post(0) if exchanges.count else None
+        for index in range(exchanges.count):
+            assert current is not None
+            then = partial(exchanges.post, index + 1) if index + 1 < exchanges.count \
+                else None
+            following = reduce_arriving(current, ufunc, finish if last else None, then)
+            if following is None and current.flight is not None:
+                current.flight.wait()   # the step's sends are out: the next step sends sums
+            current = following
+
+
+class Chunk:
+    """One chunk's exchange: its incoming parts (``(local, acc)``), the views of the
+    receive buffer they arrive in, and the exchange while it is in flight (None: done)."""
+
+    __slots__ = ("incoming", "arrived", "flight")
+
+    def __init__(self, incoming: list[tuple[np.ndarray, np.ndarray]],
+                 arrived: list[np.ndarray], flight: InFlight | None):
+        self.incoming, self.arrived, self.flight = incoming, arrived, flight
+
+
+class _Step:
+    """The exchanges of one step of the ring's reduce-scatter, a chunk each: ``sent`` and
+    ``received`` are the segments that go right and come from the left; chunks alternate
+    between the two ``buffers``."""
+
+    def __init__(self, t: Transport, start: Callable[..., InFlight | None] | None,
+                 pieces: Pieces, sent: Segment, received: Segment,
+                 buffers: tuple[np.ndarray, np.ndarray], first: bool):
+        self.t, self.start, self.pieces = t, start, pieces
+        self.sent, self.received, self.buffers = sent, received, buffers
+        self.chunk = len(buffers[0])
+        self.count = -(-max(sent[1], received[1]) // self.chunk)
+        self.side = 0 if first else 1    # the first step sends inputs, later ones sums
+
+    def post(self, index: int) -> Chunk:
+        """Start (or, where it cannot be left in flight, run) chunk ``index``'s exchange."""
+        t, chunk, begin = self.t, self.chunk, index * self.chunk
+        (send_offset, send_length), (recv_offset, recv_length) = self.sent, self.received
+        sends = [pair[self.side] for pair in self.pieces.parts(
+            send_offset + begin, min(chunk, send_length - begin))]
+        incoming = self.pieces.parts(recv_offset + begin, min(chunk, recv_length - begin))
+        arrived = cut(self.buffers[index % 2], incoming)
+        right, left = (t.rank + 1) % t.size, (t.rank - 1) % t.size
+        flight = None if self.start is None else self.start(sends, right, arrived, left)
+        if flight is None:
             t.sendrecv_parts(sends, right, arrived, left)
-            for (local, acc), theirs in zip(incoming, arrived, strict=True):
-                ufunc(local, theirs, out=acc)
-                if finish is not None and last:
-                    finish(acc)
+        return Chunk(incoming, arrived, flight)
+
+
+def reduce_arriving(current: Chunk, ufunc: np.ufunc, finish: Finish | None,
+                    then: Callable[[], Chunk] | None) -> Chunk | None:
+    """Reduce what ``current`` received into its outputs (and ``finish`` them), piece by
+    piece as it arrives when its exchange is in flight. ``then`` (the next exchange) is
+    started once everything has arrived, before the last piece is reduced; its result
+    is returned."""
+    incoming, arrived, flight = current.incoming, current.arrived, current.flight
+    if flight is None:
+        for (local, acc), theirs in zip(incoming, arrived, strict=True):
+            ufunc(local, theirs, out=acc)
+            if finish is not None:
+                finish(acc)
+        return then() if then is not None else None
+    itemsize = arrived[0].itemsize if arrived else 1
+    total = sum(len(part) for part in arrived)
+    step = max(ARRIVAL_BYTES // itemsize, 1)
+    following, done = None, 0
+    while done < total:
+        got = min(flight.received((done + step) * itemsize) // itemsize, total)
+        if got == total and then is not None:
+            following, then = then(), None
+        _reduce_range(incoming, arrived, done, got, ufunc, finish)
+        done = got
+    if then is not None:        # (nothing was received)
+        following = then()
+    return following
+
+
+def _reduce_range(incoming: Sequence[tuple[np.ndarray, np.ndarray]],
+                  arrived: Sequence[np.ndarray], lo: int, hi: int, ufunc: np.ufunc,
+                  finish: Finish | None) -> None:
+    """Reduce elements [lo, hi) of a chunk (its parts taken together)."""
+    position = 0
+    for (local, acc), theirs in zip(incoming, arrived, strict=True):
+        length = len(local)
+        first, stop = max(lo - position, 0), min(hi - position, length)
+        position += length
+        if stop > first:
+            if first or stop < length:
+                local, acc, theirs = local[first:stop], acc[first:stop], theirs[first:stop]
+            ufunc(local, theirs, out=acc)
+            if finish is not None:
+                finish(acc)
+        if position >= hi:
+            break
+
+
+def cut(buffer: np.ndarray, incoming: Sequence[tuple[np.ndarray, np.ndarray]]
+        ) -> list[np.ndarray]:
+    """Views of ``buffer`` for the parts of ``incoming``, in order: a message cut as its
+    sender cuts the same range."""
+    arrived, position = [], 0
+    for local, _ in incoming:
+        arrived.append(buffer[position:position + len(local)])
+        position += len(local)
+    return arrived
 
 
 def ring_allgather(t: Transport, pieces: Pieces, segments: Sequence[Segment]) -> None:

@@ -67,8 +67,9 @@ class Mover:
         self._failure = failure
         self._spin = Spin()
 
-    def progress(self, links: list[Link]) -> None:
-        """Move every queued send and receive of ``links`` until all are done; raise
+    def progress(self, links: list[Link], done: Callable[[], bool] | None = None) -> None:
+        """Move every queued send and receive of ``links`` until all are done, or until
+        ``done()`` (checked after each pass) says enough has moved; raise
         CollectiveTimeout after ``timeout`` seconds without progress."""
         last_moved = time.monotonic()
         while True:
@@ -77,7 +78,7 @@ class Mover:
             for link in links:
                 moved |= self._pump_ring(link) if link.channel else self._pump_socket(link)
                 pending = pending or bool(link.sends or link.recvs)
-            if not pending:
+            if not pending or (done is not None and done()):
                 return
             if moved:
                 last_moved = time.monotonic()
@@ -271,6 +272,46 @@ class Mover:
             + " and ".join(f"rank {peer}" for peer in stuck)
             + "; it may be stuck, or not calling this collective (set "
             "GCURUN_TIMEOUT_SECONDS to wait longer)")
+
+
+class Streaming:
+    """An exchange queued on socket links and left in flight (:class:`InFlight`): the
+    kernel keeps sending and receiving its bytes while the rank computes; each call
+    moves what it can and returns as soon as it has what was asked for."""
+
+    __slots__ = ("_mover", "_links", "_sends", "_recvs", "_total", "_next", "_complete")
+
+    def __init__(self, mover: Mover, links: list[Link], sends: list[list[Any]],
+                 recvs: list[list[Any]]):
+        self._mover = mover
+        self._links = links
+        self._sends = sends         # the entries queued on the links (moved in place)
+        self._recvs = recvs
+        self._total = sum(len(op[0]) for op in recvs)
+        self._next = 0              # the first receive entry not yet full
+        self._complete = 0          # the bytes of the entries before it
+
+    def received(self, at_least: int) -> int:
+        at_least = min(at_least, self._total)
+        if self._arrived() < at_least:
+            self._mover.progress(self._links, lambda: self._arrived() >= at_least)
+        return self._arrived()
+
+    def wait(self) -> None:
+        if not self._done():
+            self._mover.progress(self._links, self._done)
+
+    def _arrived(self) -> int:
+        ops, index = self._recvs, self._next
+        while index < len(ops) and ops[index][1] == len(ops[index][0]):
+            self._complete += len(ops[index][0])
+            index += 1
+        self._next = index
+        return self._complete + (ops[index][1] if index < len(ops) else 0)
+
+    def _done(self) -> bool:
+        return self._arrived() == self._total and all(
+            op[1] == len(op[0]) for op in self._sends)
 
 
 def _never(_timeout: int) -> list:

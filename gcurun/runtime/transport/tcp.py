@@ -27,7 +27,7 @@ import numpy as np
 
 from gcurun.runtime.api import Buffer
 from gcurun.runtime.transport._tcp_common import CMA_MIN_BYTES, FAST_READS, MAX_EXTENTS, describe
-from gcurun.runtime.transport.links import Link
+from gcurun.runtime.transport.links import Link, Streaming
 from gcurun.runtime.transport.tcp_connections import Connections
 
 Exchange = tuple[Sequence[Buffer], int, Sequence[Buffer], int]
@@ -78,6 +78,27 @@ class TCPTransport(Connections):
                     links.append(link)
         if links:
             self._mover.progress(links)
+
+    def start_sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
+                             recvbufs: Sequence[Buffer], source: int) -> Streaming | None:
+        """:meth:`sendrecv_parts` started and left in flight (see
+        :class:`gcurun.runtime.api.InFlight`) where both peers are reached by TCP (other
+        hosts): the kernel moves the bytes while this rank reduces. None, with nothing
+        started, for a same-host peer: its bytes move only while a rank copies them."""
+        sends = [buf for buf in sendbufs if buf.nbytes]
+        recvs = [buf for buf in recvbufs if buf.nbytes]
+        if not sends and not recvs:
+            return None
+        out = self._link(dest) if sends else None
+        inc = self._link(source) if recvs else None
+        if not (_by_socket(out) and _by_socket(inc)):
+            return None
+        links = self._queue(sends, dest, recvs, source, _total(sends), _total(recvs))
+        streaming = Streaming(self._mover, links,
+                              out.sends[-len(sends):] if out is not None else [],
+                              inc.recvs[-len(recvs):] if inc is not None else [])
+        self._mover.progress(links, lambda: True)   # into the kernel, what fits now
+        return streaming
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:
@@ -160,6 +181,11 @@ class TCPTransport(Connections):
             else:
                 out.sends.extend([memoryview(buf).cast("B"), 0, None] for buf in sends)
         return links
+
+
+def _by_socket(link: Link | None) -> bool:
+    """Whether ``link`` (None: not used) carries its bytes over its socket alone."""
+    return link is None or (link.channel is None and not link.pull and not link.pushed)
 
 
 def _total(bufs: list[Buffer]) -> int:
