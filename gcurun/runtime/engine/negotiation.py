@@ -90,13 +90,17 @@ class Controller(QuickNegotiation):
         outcome = Outcome()
         if union & JOINED:
             outcome.joined = frozenset(r for r, f in enumerate(all_flags) if f & JOINED)
+        # A rank that joined since the last cycle may complete names that the others
+        # described before (rank 0's table holds them, waiting for it alone): every rank
+        # knows who joined, so every rank takes the slow path where rank 0 judges them.
+        rejudge = not outcome.joined <= self._joined_at.keys()
         ready = self._ready_slots()
         if ready:
             outcome.ready = [entry for entry in (self.cache.by_slot[s] for s in ready)
                              if entry is not None]
             if carried and carried - 1 in ready:
                 outcome.inline = self.cache.by_slot[carried - 1]
-        if union & (UNCACHED | NEWS):
+        if union & (UNCACHED | NEWS) or rejudge:
             self._slow_path(to_send, all_flags, outcome)
         if self.timeline is not None or (self.stall is not None
                                          and time.monotonic() >= self.next_check):
