@@ -33,9 +33,10 @@ def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[Segment
     while it is still in cache: every element is finished once, by its owner.
 
     With ``spare`` (a second buffer like ``tmp``), a transport that can leave exchanges
-    in flight (``start_sendrecv_parts``) streams each step: a chunk is reduced piece by
-    piece as it arrives, and the next chunk's exchange starts before its last piece is
-    reduced, so the link does not wait for the reduction. The messages are the same."""
+    in flight (``start_sendrecv_parts``) streams each step: two chunks are in flight at
+    a time (the next starts as the reduction of the last begins), and a chunk is reduced
+    piece by piece as it arrives, so the link does not wait for the reduction. The
+    messages are the same."""
     p, r = t.size, t.rank
     start = getattr(t, "start_sendrecv_parts", None) if spare is not None else None
     buffers = (tmp, tmp if spare is None else spare)
@@ -97,9 +98,9 @@ class _Step:
 def reduce_arriving(current: Chunk, ufunc: np.ufunc, finish: Finish | None,
                     then: Callable[[], Chunk] | None) -> Chunk | None:
     """Reduce what ``current`` received into its outputs (and ``finish`` them), piece by
-    piece as it arrives when its exchange is in flight. ``then`` (the next exchange) is
-    started once everything has arrived, before the last piece is reduced; its result
-    is returned."""
+    piece as it arrives when its exchange is in flight. ``then`` (the next exchange,
+    into the other buffer) is started first when ``current`` is in flight, else once it
+    is reduced; its result is returned."""
     incoming, arrived, flight = current.incoming, current.arrived, current.flight
     if flight is None:
         for (local, acc), theirs in zip(incoming, arrived, strict=True):
@@ -107,18 +108,17 @@ def reduce_arriving(current: Chunk, ufunc: np.ufunc, finish: Finish | None,
             if finish is not None:
                 finish(acc)
         return then() if then is not None else None
+    # The next exchange goes out at once, so the kernel always has bytes to send: the
+    # link never idles at the boundary between two chunks.
+    following = then() if then is not None else None
     itemsize = arrived[0].itemsize if arrived else 1
     total = sum(len(part) for part in arrived)
     step = max(ARRIVAL_BYTES // itemsize, 1)
-    following, done = None, 0
+    done = 0
     while done < total:
         got = min(flight.received((done + step) * itemsize) // itemsize, total)
-        if got == total and then is not None:
-            following, then = then(), None
         _reduce_range(incoming, arrived, done, got, ufunc, finish)
         done = got
-    if then is not None:        # (nothing was received)
-        following = then()
     return following
 
 

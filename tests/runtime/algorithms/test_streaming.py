@@ -66,6 +66,7 @@ class Streams(QueueTransport):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.log: list[tuple[str, int]] = []
+        self.flights: list[Flight] = []
         self.started = 0
         self.random = random.Random(self.rank)
 
@@ -77,7 +78,17 @@ class Streams(QueueTransport):
             self.send(buf, dest)
         self.started += 1
         self.log.append(("start", 0))
-        return Flight(self, list(recvbufs), source)
+        flight = Flight(self, list(recvbufs), source)
+        self.flights.append(flight)
+        return flight
+
+    def sendrecv_parts(self, sendbufs: list[Any], dest: int, recvbufs: list[Any],
+                       source: int) -> None:
+        """As tcp: an exchange queued behind others in flight moves after them."""
+        for flight in self.flights:
+            flight.wait()
+        self.flights.clear()
+        super().sendrecv_parts(sendbufs, dest, recvbufs, source)
 
 
 def run_streaming(size: int, body, grain: int = 24, decline: float = 0.0) -> list[Any]:
