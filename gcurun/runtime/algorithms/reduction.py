@@ -29,6 +29,7 @@ from gcurun.runtime.algorithms.ring import (
     reduce_arriving,
     ring_allgather,
     ring_reduce_scatter,
+    sendrecv_streamed,
 )
 from gcurun.runtime.algorithms.segments import even_counts, pair_halves, to_segments
 from gcurun.runtime.api import Transport
@@ -153,7 +154,7 @@ class Reducer:
         if phase is not None:
             phase("RING_REDUCESCATTER", False)
             phase("RING_ALLGATHER", True)
-        ring_allgather(t, pieces, segments)
+        ring_allgather(t, pieces, segments, len(tmp) if self._streams else None)
         if phase is not None:
             phase("RING_ALLGATHER", False)
 
@@ -196,7 +197,8 @@ class Reducer:
             phase("RING_ALLGATHER", True)
         if runs is not None:
             runs[1]()           # the near half out, the far half in
-        else:
+        elif flight is None or not sendrecv_streamed(t, [out[mine]], peer, [out[theirs]],
+                                                     peer, self.scratch.chunk_len(src.dtype)):
             t.sendrecv(out[mine], peer, out[theirs], peer)
         if phase is not None:
             phase("RING_ALLGATHER", False)

@@ -152,15 +152,49 @@ def cut(buffer: np.ndarray, incoming: Sequence[tuple[np.ndarray, np.ndarray]]
     return arrived
 
 
-def ring_allgather(t: Transport, pieces: Pieces, segments: Sequence[Segment]) -> None:
+def ring_allgather(t: Transport, pieces: Pieces, segments: Sequence[Segment],
+                   chunk: int | None = None) -> None:
     """Every rank holds its own segment r in the outputs; afterwards every rank holds all
-    of them. A segment is one message each way (nothing is computed on arrival)."""
+    of them. A segment is one message each way (nothing is computed on arrival); with
+    ``chunk``, where the transport streams (see :func:`sendrecv_streamed`), a segment
+    goes in chunks of that many elements, two in flight."""
     p, r = t.size, t.rank
     right, left = (r + 1) % p, (r - 1) % p
     for step in range(p - 1):
         sends = [out for _, out in pieces.parts(*segments[(r - step) % p])]
         recvs = [out for _, out in pieces.parts(*segments[(r - step - 1) % p])]
-        t.sendrecv_parts(sends, right, recvs, left)
+        if chunk is None or not sendrecv_streamed(t, sends, right, recvs, left, chunk):
+            t.sendrecv_parts(sends, right, recvs, left)
+
+
+def sendrecv_streamed(t: Transport, sends: Sequence[np.ndarray], dest: int,
+                      recvs: Sequence[np.ndarray], source: int, chunk: int) -> bool:
+    """``sendrecv_parts(sends, dest, recvs, source)`` in chunks of ``chunk`` elements
+    (of the arrays taken together), two in flight at a time, where the transport can
+    leave exchanges in flight for these peers; False, with nothing moved, where it
+    cannot. Between such peers a message is a byte stream, so the cut is this side's
+    own; handing the kernel a chunk or two at a time, not a whole segment, keeps a
+    shaped link at its rate (one large send measured up to a third slower, at random)."""
+    start = getattr(t, "start_sendrecv_parts", None)
+    if start is None:
+        return False
+    out, into = Pieces([(a, a) for a in sends]), Pieces([(a, a) for a in recvs])
+    flights: list[InFlight] = []
+    for begin in range(0, max(out.total, into.total), chunk):
+        outgoing = [a for a, _ in out.parts(begin, chunk)]
+        incoming = [a for a, _ in into.parts(begin, chunk)]
+        flight = start(outgoing, dest, incoming, source)
+        if flight is None:
+            if not begin:
+                return False
+            t.sendrecv_parts(outgoing, dest, incoming, source)   # (queued behind the rest)
+            continue
+        flights.append(flight)
+        if len(flights) > 2:
+            flights.pop(0).wait()
+    for flight in flights:
+        flight.wait()
+    return True
 
 
 def allgather(t: Transport, out: np.ndarray, segments: Sequence[Segment]) -> None:
