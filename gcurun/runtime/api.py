@@ -77,8 +77,10 @@ class Transport(Protocol):
     # And ``start_sendrecv_parts(sendbufs, dest, recvbufs, source)``: the same exchange
     # started and left in flight, returned as an :class:`InFlight`, or None where this
     # pair of peers gains nothing from it (then nothing was started; the caller runs
-    # ``sendrecv_parts``). The ring reduces what has arrived of a chunk while the rest,
-    # and the next chunk, still move (tcp does, for peers on other hosts).
+    # ``sendrecv_parts``), with ``streams(dest, source)`` saying beforehand which it will
+    # be. Between such peers a message is a byte stream: each side may cut it as it
+    # likes. The ring reduces what has arrived of a chunk while the rest, and the next
+    # chunks, still move (tcp does, for peers on other hosts).
 
 
 class InFlight(Protocol):

@@ -23,14 +23,7 @@ import numpy as np
 from gcurun.runtime.algorithms.gather import gather_allreduce
 from gcurun.runtime.algorithms.levels import HostLayout, Mode, TwoLevels, use_two_levels
 from gcurun.runtime.algorithms.pieces import Finish, Pieces
-from gcurun.runtime.algorithms.ring import (
-    ARRIVAL_BYTES,
-    Chunk,
-    reduce_arriving,
-    ring_allgather,
-    ring_reduce_scatter,
-    sendrecv_streamed,
-)
+from gcurun.runtime.algorithms.ring import ring_allgather, ring_reduce_scatter, streams
 from gcurun.runtime.algorithms.segments import even_counts, pair_halves, to_segments
 from gcurun.runtime.api import Transport
 from gcurun.runtime.dtypes import aligned_empty
@@ -99,8 +92,9 @@ class Reducer:
         self.held: Any = None
         self._runs: tuple[Callable[[], None], Callable[[], None]] | None = None
         self._last: weakref.ref | None = None
-        # The transport can leave an exchange in flight while this rank reduces.
-        self._streams = hasattr(transport, "start_sendrecv_parts")
+        # The transport can leave exchanges in flight (with peers on other hosts): then
+        # the ring streams (see ring_reduce_scatter), also for two ranks.
+        self._streams = hasattr(transport, "streams")
 
     def allreduce(self, pieces: Pieces, ufunc: np.ufunc, finish: Finish | None = None,
                   phase: Phase | None = None, key: Any = None) -> None:
@@ -134,7 +128,8 @@ class Reducer:
                 if phase is not None:
                     phase("GATHER_REDUCE", False)
                 return
-            if t.size == 2 and total <= 2 * self.scratch.chunk_len(src.dtype):
+            if t.size == 2 and total <= 2 * self.scratch.chunk_len(src.dtype) and not (
+                    self._streams and streams(t, 1 - t.rank, 1 - t.rank)):
                 self._pair(src, out, ufunc, finish, phase, key)
                 return
         dtype = pieces.pairs[0][0].dtype
@@ -154,7 +149,7 @@ class Reducer:
         if phase is not None:
             phase("RING_REDUCESCATTER", False)
             phase("RING_ALLGATHER", True)
-        ring_allgather(t, pieces, segments, len(tmp) if self._streams else None)
+        ring_allgather(t, pieces, segments, self._streams)
         if phase is not None:
             phase("RING_ALLGATHER", False)
 
@@ -165,40 +160,30 @@ class Reducer:
         peer = 1 - t.rank
         mine, theirs, mine_len = pair_halves(len(src), t.rank)
         incoming = self.scratch.chunk(src.dtype)[:mine_len]
+        runs = None
+        if key is not None:
+            runs = self._runs if key is self.held else self._hold(key, src, mine, theirs,
+                                                                  incoming)
+            if runs is not None:
+                self._last = None       # (a row of another tensor's calls ends)
         if phase is not None:
             phase("RING_REDUCESCATTER", True)
-        flight = None
-        if self._streams and incoming.nbytes > ARRIVAL_BYTES:
-            flight = t.start_sendrecv_parts(  # type: ignore[attr-defined]
-                [src[theirs]], peer, [incoming], peer)
-        runs = None
-        if flight is not None:  # a peer on another host: reduced as it arrives
-            reduce_arriving(Chunk([(src[mine], out[mine])], [incoming], flight), ufunc,
-                            finish, None)
-            flight.wait()
+        if runs is not None:
+            runs[0]()           # the far half out, the peer's near half in
         else:
-            if key is not None:
-                runs = self._runs if key is self.held else self._hold(key, src, mine, theirs,
-                                                                      incoming)
-                if runs is not None:
-                    self._last = None   # (a row of another tensor's calls ends)
-            if runs is not None:
-                runs[0]()       # the far half out, the peer's near half in
-            else:
-                t.sendrecv(src[theirs], peer, incoming, peer)
-            if ufunc is np.minimum or ufunc is np.maximum:
-                ufunc(src[mine], incoming, out=out[mine])
-            else:               # (out as a keyword costs more)
-                ufunc(src[mine], incoming, out[mine])
-            if finish is not None:
-                finish(out[mine])
+            t.sendrecv(src[theirs], peer, incoming, peer)
+        if ufunc is np.minimum or ufunc is np.maximum:
+            ufunc(src[mine], incoming, out=out[mine])
+        else:                   # (out as a keyword costs more)
+            ufunc(src[mine], incoming, out[mine])
+        if finish is not None:
+            finish(out[mine])
         if phase is not None:
             phase("RING_REDUCESCATTER", False)
             phase("RING_ALLGATHER", True)
         if runs is not None:
             runs[1]()           # the near half out, the far half in
-        elif flight is None or not sendrecv_streamed(t, [out[mine]], peer, [out[theirs]],
-                                                     peer, self.scratch.chunk_len(src.dtype)):
+        else:
             t.sendrecv(out[mine], peer, out[theirs], peer)
         if phase is not None:
             phase("RING_ALLGATHER", False)

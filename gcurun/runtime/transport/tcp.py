@@ -79,6 +79,12 @@ class TCPTransport(Connections):
         if links:
             self._mover.progress(links)
 
+    def streams(self, dest: int, source: int) -> bool:
+        """Whether exchanges sending to ``dest`` and receiving from ``source`` can be left
+        in flight (:meth:`start_sendrecv_parts`): both peers reached by TCP (other hosts).
+        Links are made on first use, as by any exchange."""
+        return _by_socket(self._link(dest)) and _by_socket(self._link(source))
+
     def start_sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
                              recvbufs: Sequence[Buffer], source: int) -> Streaming | None:
         """:meth:`sendrecv_parts` started and left in flight (see

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gcurun.runtime import algorithms as alg
-from gcurun.runtime.algorithms import reduction, ring
+from gcurun.runtime.algorithms import ring
 from gcurun.runtime.algorithms.reduction import Reducer
 from tests.runtime.threads import QueueTransport, in_threads, transports
 
@@ -77,6 +77,9 @@ class Streams(QueueTransport):
         pair = (min(self.rank, peer), max(self.rank, peer))
         return random.Random(f"{pair}").random() < self.decline
 
+    def streams(self, dest: int, source: int) -> bool:
+        return not (self.same_host(dest) or self.same_host(source))
+
     def recv(self, buf: Any, source: int) -> None:
         target = memoryview(buf).cast("B")
         stash = self.stash.setdefault(source, bytearray())
@@ -90,7 +93,7 @@ class Streams(QueueTransport):
 
     def start_sendrecv_parts(self, sendbufs: list[Any], dest: int, recvbufs: list[Any],
                              source: int) -> Flight | None:
-        if self.same_host(dest) or self.same_host(source):
+        if not self.streams(dest, source):
             return None
         for buf in sendbufs:
             self.send(buf, dest)
@@ -117,18 +120,23 @@ def run_streaming(size: int, body, grain: int = 24, decline: float = 0.0) -> lis
 
 
 def fused_ring(t: QueueTransport, pieces: alg.Pieces, ufunc: np.ufunc, chunk: int,
-               dtype: np.dtype, finish=None, gather_chunk: int | None = None) -> None:
+               dtype: np.dtype, finish=None, stream_gather: bool = False) -> None:
     segments = alg.to_segments(alg.even_counts(pieces.total, t.size))
     alg.ring_reduce_scatter(t, pieces, segments, ufunc, np.empty(chunk, dtype), finish,
                             np.empty(chunk, dtype))
-    alg.ring_allgather(t, pieces, segments, gather_chunk)
+    alg.ring_allgather(t, pieces, segments, stream_gather)
 
 
 @pytest.mark.parametrize("size", [2, 3, 4, 5])
 @pytest.mark.parametrize("decline", [0.0, 0.5])
+@pytest.mark.parametrize("stream_bytes", [24, 2000])
 def test_the_streamed_ring_reduces_exactly_what_arrived(size: int, decline: float,
+                                                        stream_bytes: int,
                                                         monkeypatch) -> None:
+    """Streaming neighbours cut chunks of ``stream_bytes`` (3 or 250 elements, or the
+    ring chunk where that is smaller); the others the ring chunk."""
     monkeypatch.setattr(ring, "ARRIVAL_BYTES", 40)   # many pieces per chunk
+    monkeypatch.setattr(ring, "STREAM_BYTES", stream_bytes)
     cases = [(lengths, chunk) for lengths in ([1], [size + 1], [37], [1000], [5, 0, 301, 7],
                                               [64, 64, 64])
              for chunk in (1, 3, 64, 250)]
@@ -141,7 +149,7 @@ def test_the_streamed_ring_reduces_exactly_what_arrived(size: int, decline: floa
                 sends = [np.arange(n, dtype=dtype) * (t.rank + 1) + 1 for n in lengths]
                 outs = [np.empty_like(s) for s in sends]
                 fused_ring(t, alg.Pieces(list(zip(sends, outs, strict=True))), ufunc,
-                           chunk, dtype, gather_chunk=chunk + 2)
+                           chunk, dtype, stream_gather=True)
                 got.append(np.concatenate(outs))
         return got
 
@@ -186,13 +194,15 @@ def test_the_next_chunk_is_in_flight_while_the_last_is_reduced() -> None:
         assert starts == 6 and finished in (333, 334)
 
 
-def test_two_ranks_reduce_halves_as_they_arrive() -> None:
-    """The ring of two (halves that fit a chunk) streams both exchanges: an averaged sum
-    of 400 KiB halves, cut mid-element, right on both ranks; below the arrival size it
-    exchanges whole halves."""
+@pytest.mark.parametrize(("decline", "starts"), [(0.0, 8), (1.0, 0)])
+def test_two_ranks_on_two_hosts_take_the_streamed_ring(decline: float, starts: int) -> None:
+    """Two ranks that stream take the ring (chunks of STREAM_BYTES) even where their
+    halves fit a ring chunk: an averaged sum and an in-place sum of 400 KiB halves, cut
+    mid-element, two exchanges of two chunks each per call; two that do not stream
+    (one host) take the ring of two. Below the gathering size nothing streams."""
     chunk_bytes = 1 << 20
 
-    def body(t: Streams) -> list[list[float]]:
+    def body(t: Streams) -> list[Any]:
         reducer = Reducer(t, chunk_bytes)
         got = []
         for n in (102_401, 1_000):
@@ -206,9 +216,10 @@ def test_two_ranks_reduce_halves_as_they_arrive() -> None:
             got.append(inplace.tolist())
         return [got, t.started]
 
-    assert reduction.ARRIVAL_BYTES < 51_201 * 8
-    for got, started in run_streaming(2, body, grain=4096 + 3):
+    assert 102_401 * 8 // 2 > ring.STREAM_BYTES
+    for got, started in run_streaming(2, body, grain=4096 + 3, decline=decline):
         assert got[0] == (np.arange(102_401) * 1.5).tolist()
         assert got[1] == (np.arange(102_401) * 3.0).tolist()
         assert got[2] == (np.arange(1_000) * 1.5).tolist()
-        assert started == 4     # two in each large call; small ones exchange whole halves
+        assert got[3] == (np.arange(1_000) * 3.0).tolist()
+        assert started == starts
