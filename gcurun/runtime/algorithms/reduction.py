@@ -5,8 +5,9 @@ is gathered and reduced in rank order (ceil(log2 p) exchanges instead of the rin
 2(p-1)); ranks on several hosts with several ranks each may take two levels (shared
 memory inside a host, a ring per local index across hosts: :mod:`.levels`), when its
 mode and cost model say so; two ranks whose halves fit one chunk each take the ring of
-two written out flat (the same two messages as the ring, without its bookkeeping);
-everything else takes the ring. A tensor reduced in place again and again between two
+two written out flat (the same two messages as the ring, without its bookkeeping),
+unless their bytes go by socket (other hosts), where the ring streams; everything else
+takes the ring. A tensor reduced in place again and again between two
 ranks has its ring's two exchanges prepared (MPI persistent requests), from its second
 call in a row on.
 """
@@ -60,7 +61,8 @@ class Scratch:
 
     def spare(self, dtype: np.dtype, index: int) -> np.ndarray:
         """The ``index``-th further receive buffer of one chunk of ``dtype`` (the
-        two-level pipeline's slices in flight need one each), made on first use."""
+        two-level pipeline's slices in flight need one each; a streaming ring's second
+        chunk is the first), made on first use."""
         key = (dtype, index)
         chunk = self._spares.get(key)
         if chunk is None:
@@ -142,7 +144,9 @@ class Reducer:
             return
         segments = to_segments(even_counts(total, t.size))
         tmp = self.scratch.chunk(dtype)
-        spare = self.scratch.spare(dtype, 0) if self._streams else None
+        spare = None
+        if self._streams and streams(t, (t.rank + 1) % t.size, (t.rank - 1) % t.size):
+            spare = self.scratch.spare(dtype, 0)    # (made only where the ring streams)
         if phase is not None:
             phase("RING_REDUCESCATTER", True)
         ring_reduce_scatter(t, pieces, segments, ufunc, tmp, finish, spare)

@@ -5,7 +5,9 @@ A message spans as many pieces as its range of the virtual buffer covers
 (:meth:`Transport.sendrecv_parts`), so a batch costs the messages of one buffer of its
 size; both ends cut each message alike, from the same layout. Where data is reduced on
 arrival it travels in chunks, reduced while still in cache; both sides of every transfer
-compute the same chunk boundaries, so message sizes always match (MPI needs that).
+compute the same chunk boundaries, so message sizes always match (MPI needs that). The
+one exception is between ranks whose bytes go by socket (other hosts), where a message
+is a byte stream: there the ring streams in chunks of its own (:func:`streams`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from gcurun.runtime.algorithms.segments import Segment, to_segments
 from gcurun.runtime.api import InFlight, Transport
 
 # Reducing on arrival: what has come of a chunk is reduced in pieces of at least this
-# many bytes (fewer calls into numpy, each on data still in cache).
+# many bytes (fewer calls into numpy, each on data still in cache). With the default
+# STREAM_BYTES a streamed chunk is one such piece: it is reduced once it is all there,
+# while the next chunk moves.
 ARRIVAL_BYTES = 256 << 10
 # Between hosts the ring moves chunks of this size, whatever its chunk elsewhere, two in
 # flight: the kernel always has bytes to send, but a short queue of them. On two hosts
@@ -47,9 +51,11 @@ def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[Segment
     With ``spare`` (a second buffer like ``tmp``), where the transport leaves exchanges
     with both neighbours in flight (:func:`streams`), each step streams: chunks of
     STREAM_BYTES, two in flight at a time (the next starts as the reduction of the last
-    begins), each reduced piece by piece as it arrives, so the link does not wait for
-    the reduction. Between such peers a message is a byte stream, so the neighbours may
-    cut it otherwise (one of them may not stream)."""
+    begins), each reduced as it arrives (in pieces of ARRIVAL_BYTES), so the link does
+    not wait for the reduction. Between such peers a message is a byte stream, so the
+    neighbours may cut it otherwise (one of them may not stream). Every exchange of a
+    step is done when the step ends: the next sends what this one reduced, and the
+    caller may reuse the buffers on return."""
     p, r = t.size, t.rank
     right, left = (r + 1) % p, (r - 1) % p
     start: Callable[..., InFlight | None] | None = None
@@ -63,14 +69,16 @@ def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[Segment
                           segments[(r - step - 2) % p], buffers, step == 0)
         last = step == p - 2
         current = exchanges.post(0) if exchanges.count else None
+        flights = []
         for index in range(exchanges.count):
             assert current is not None
+            if current.flight is not None:
+                flights.append(current.flight)
             then = partial(exchanges.post, index + 1) if index + 1 < exchanges.count \
                 else None
-            following = reduce_arriving(current, ufunc, finish if last else None, then)
-            if following is None and current.flight is not None:
-                current.flight.wait()   # the step's sends are out: the next step sends sums
-            current = following
+            current = reduce_arriving(current, ufunc, finish if last else None, then)
+        for flight in flights:  # (a last chunk may only receive: earlier sends may wait)
+            flight.wait()
 
 
 class Chunk:
@@ -191,11 +199,12 @@ def ring_allgather(t: Transport, pieces: Pieces, segments: Sequence[Segment],
 def sendrecv_streamed(t: Transport, sends: Sequence[np.ndarray], dest: int,
                       recvs: Sequence[np.ndarray], source: int, chunk: int) -> bool:
     """``sendrecv_parts(sends, dest, recvs, source)`` in chunks of ``chunk`` elements
-    (of the arrays taken together), two in flight at a time, where the transport can
+    (of the arrays taken together), two or three in flight, where the transport can
     leave exchanges in flight for these peers; False, with nothing moved, where it
     cannot. Between such peers a message is a byte stream, so the cut is this side's
     own; handing the kernel a chunk or two at a time, not a whole segment, keeps the
-    queue ahead of the link short (see STREAM_BYTES)."""
+    queue ahead of the link short (see STREAM_BYTES). (A third chunk is started before
+    the oldest is waited for, so up to three are queued at a time.)"""
     start = getattr(t, "start_sendrecv_parts", None)
     if start is None:
         return False

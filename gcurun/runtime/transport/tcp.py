@@ -80,17 +80,19 @@ class TCPTransport(Connections):
             self._mover.progress(links)
 
     def streams(self, dest: int, source: int) -> bool:
-        """Whether exchanges sending to ``dest`` and receiving from ``source`` can be left
-        in flight (:meth:`start_sendrecv_parts`): both peers reached by TCP (other hosts).
+        """Whether exchanges sending to ``dest`` and receiving from ``source`` are left in
+        flight (:meth:`start_sendrecv_parts`): both links carry their bytes over the socket
+        alone (peers on other hosts, or on this one with GCURUN_SHM=0 and GCURUN_CMA=0).
         Links are made on first use, as by any exchange."""
         return _by_socket(self._link(dest)) and _by_socket(self._link(source))
 
     def start_sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
                              recvbufs: Sequence[Buffer], source: int) -> Streaming | None:
         """:meth:`sendrecv_parts` started and left in flight (see
-        :class:`gcurun.runtime.api.InFlight`) where both peers are reached by TCP (other
-        hosts): the kernel moves the bytes while this rank reduces. None, with nothing
-        started, for a same-host peer: its bytes move only while a rank copies them."""
+        :class:`gcurun.runtime.api.InFlight`) where the links used carry bytes over their
+        socket alone (see :meth:`streams`): the kernel moves the bytes while this rank
+        reduces. None, with nothing started, where a peer shares memory with this rank:
+        its bytes move only while a rank copies them."""
         sends = [buf for buf in sendbufs if buf.nbytes]
         recvs = [buf for buf in recvbufs if buf.nbytes]
         if not sends and not recvs:
