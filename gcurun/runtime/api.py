@@ -79,9 +79,9 @@ class Transport(Protocol):
     # pair of peers gains nothing from it (then nothing was started; the caller runs
     # ``sendrecv_parts``), with ``streams(dest, source)`` saying beforehand which it will
     # be for an exchange that sends to ``dest`` and receives from ``source``. Between such
-    # peers a message is a byte stream: each side may cut it as it
-    # likes. The ring reduces what has arrived of a chunk while the rest, and the next
-    # chunks, still move (tcp does, for peers on other hosts).
+    # peers a message is a byte stream: each side may cut it as it likes. The ring
+    # reduces what has arrived of a chunk while the rest, and the next chunks, still move
+    # (tcp does, for peers on other hosts).
 
 
 class InFlight(Protocol):

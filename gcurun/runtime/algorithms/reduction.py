@@ -94,9 +94,6 @@ class Reducer:
         self.held: Any = None
         self._runs: tuple[Callable[[], None], Callable[[], None]] | None = None
         self._last: weakref.ref | None = None
-        # The transport can leave exchanges in flight (with peers on other hosts): then
-        # the ring streams (see ring_reduce_scatter), also for two ranks.
-        self._streams = hasattr(transport, "streams")
 
     def allreduce(self, pieces: Pieces, ufunc: np.ufunc, finish: Finish | None = None,
                   phase: Phase | None = None, key: Any = None) -> None:
@@ -130,8 +127,9 @@ class Reducer:
                 if phase is not None:
                     phase("GATHER_REDUCE", False)
                 return
-            if t.size == 2 and total <= 2 * self.scratch.chunk_len(src.dtype) and not (
-                    self._streams and streams(t, 1 - t.rank, 1 - t.rank)):
+            # (Two ranks on two hosts take the ring, which streams: see ring_reduce_scatter.)
+            if t.size == 2 and total <= 2 * self.scratch.chunk_len(src.dtype) and \
+                    not streams(t, 1 - t.rank, 1 - t.rank):
                 self._pair(src, out, ufunc, finish, phase, key)
                 return
         dtype = pieces.pairs[0][0].dtype
@@ -144,16 +142,15 @@ class Reducer:
             return
         segments = to_segments(even_counts(total, t.size))
         tmp = self.scratch.chunk(dtype)
-        spare = None
-        if self._streams and streams(t, (t.rank + 1) % t.size, (t.rank - 1) % t.size):
-            spare = self.scratch.spare(dtype, 0)    # (made only where the ring streams)
+        stream = streams(t, (t.rank + 1) % t.size, (t.rank - 1) % t.size)
+        spare = self.scratch.spare(dtype, 0) if stream else None   # (made only if needed)
         if phase is not None:
             phase("RING_REDUCESCATTER", True)
         ring_reduce_scatter(t, pieces, segments, ufunc, tmp, finish, spare)
         if phase is not None:
             phase("RING_REDUCESCATTER", False)
             phase("RING_ALLGATHER", True)
-        ring_allgather(t, pieces, segments, self._streams)
+        ring_allgather(t, pieces, segments, stream)
         if phase is not None:
             phase("RING_ALLGATHER", False)
 

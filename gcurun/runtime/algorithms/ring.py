@@ -76,12 +76,12 @@ def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[Segment
                 flights.append(current.flight)
             then = partial(exchanges.post, index + 1) if index + 1 < exchanges.count \
                 else None
-            current = reduce_arriving(current, ufunc, finish if last else None, then)
+            current = _reduce_arriving(current, ufunc, finish if last else None, then)
         for flight in flights:  # (a last chunk may only receive: earlier sends may wait)
             flight.wait()
 
 
-class Chunk:
+class _Chunk:
     """One chunk's exchange: its incoming parts (``(local, acc)``), the views of the
     receive buffer they arrive in, and the exchange while it is in flight (None: done)."""
 
@@ -106,7 +106,7 @@ class _Step:
         self.count = -(-max(sent[1], received[1]) // self.chunk)
         self.side = 0 if first else 1    # the first step sends inputs, later ones sums
 
-    def post(self, index: int) -> Chunk:
+    def post(self, index: int) -> _Chunk:
         """Start (or, where it cannot be left in flight, run) chunk ``index``'s exchange."""
         t, chunk, begin = self.t, self.chunk, index * self.chunk
         (send_offset, send_length), (recv_offset, recv_length) = self.sent, self.received
@@ -118,11 +118,11 @@ class _Step:
         flight = None if self.start is None else self.start(sends, right, arrived, left)
         if flight is None:
             t.sendrecv_parts(sends, right, arrived, left)
-        return Chunk(incoming, arrived, flight)
+        return _Chunk(incoming, arrived, flight)
 
 
-def reduce_arriving(current: Chunk, ufunc: np.ufunc, finish: Finish | None,
-                    then: Callable[[], Chunk] | None) -> Chunk | None:
+def _reduce_arriving(current: _Chunk, ufunc: np.ufunc, finish: Finish | None,
+                    then: Callable[[], _Chunk] | None) -> _Chunk | None:
     """Reduce what ``current`` received into its outputs (and ``finish`` them), piece by
     piece as it arrives when its exchange is in flight. ``then`` (the next exchange,
     into the other buffer) is started first when ``current`` is in flight, else once it
@@ -192,39 +192,30 @@ def ring_allgather(t: Transport, pieces: Pieces, segments: Sequence[Segment],
     for step in range(p - 1):
         sends = [out for _, out in pieces.parts(*segments[(r - step) % p])]
         recvs = [out for _, out in pieces.parts(*segments[(r - step - 1) % p])]
-        if chunk is None or not sendrecv_streamed(t, sends, right, recvs, left, chunk):
+        if chunk is None:
             t.sendrecv_parts(sends, right, recvs, left)
+        else:
+            _sendrecv_streamed(t, sends, right, recvs, left, chunk)
 
 
-def sendrecv_streamed(t: Transport, sends: Sequence[np.ndarray], dest: int,
-                      recvs: Sequence[np.ndarray], source: int, chunk: int) -> bool:
-    """``sendrecv_parts(sends, dest, recvs, source)`` in chunks of ``chunk`` elements
-    (of the arrays taken together), two or three in flight, where the transport can
-    leave exchanges in flight for these peers; False, with nothing moved, where it
-    cannot. Between such peers a message is a byte stream, so the cut is this side's
-    own; handing the kernel a chunk or two at a time, not a whole segment, keeps the
-    queue ahead of the link short (see STREAM_BYTES). (A third chunk is started before
-    the oldest is waited for, so up to three are queued at a time.)"""
-    start = getattr(t, "start_sendrecv_parts", None)
-    if start is None:
-        return False
+def _sendrecv_streamed(t: Transport, sends: Sequence[np.ndarray], dest: int,
+                       recvs: Sequence[np.ndarray], source: int, chunk: int) -> None:
+    """``sendrecv_parts(sends, dest, recvs, source)`` between peers that stream
+    (:func:`streams`), in chunks of ``chunk`` elements (of the arrays taken together).
+    Between such peers a message is a byte stream, so the cut is this side's own;
+    handing the kernel a chunk or two at a time, not a whole segment, keeps the queue
+    ahead of the link short (see STREAM_BYTES). A third chunk is started before the
+    oldest is waited for, so up to three are queued at a time."""
+    start = t.start_sendrecv_parts  # type: ignore[attr-defined]
     out, into = Pieces([(a, a) for a in sends]), Pieces([(a, a) for a in recvs])
     flights: list[InFlight] = []
     for begin in range(0, max(out.total, into.total), chunk):
-        outgoing = [a for a, _ in out.parts(begin, chunk)]
-        incoming = [a for a, _ in into.parts(begin, chunk)]
-        flight = start(outgoing, dest, incoming, source)
-        if flight is None:
-            if not begin:
-                return False
-            t.sendrecv_parts(outgoing, dest, incoming, source)   # (queued behind the rest)
-            continue
-        flights.append(flight)
+        flights.append(start([a for a, _ in out.parts(begin, chunk)], dest,
+                             [a for a, _ in into.parts(begin, chunk)], source))
         if len(flights) > 2:
             flights.pop(0).wait()
     for flight in flights:
         flight.wait()
-    return True
 
 
 def allgather(t: Transport, out: np.ndarray, segments: Sequence[Segment]) -> None:
