@@ -8,6 +8,7 @@ from the launcher.
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import pytest
@@ -60,3 +61,23 @@ def test_listed_forwards_only_x_names_and_the_runtimes_variables(netns_cluster, 
     assert remote["stall_check_warning_seconds"] == 0.0
     # This host's rank inherits the launcher's environment whole, as under mpirun.
     assert got[0]["env"]["ENVFWD_CUSTOM"] == "c" and got[0]["probe"] == "from the launcher"
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
+def test_mpirun_exports_the_launchers_environment_by_name(netns_cluster, tmp_path):
+    probe = tmp_path / "only-here"
+    probe.mkdir()
+    (probe / "envfwd_probe.py").write_text("VALUE = 'from the launcher'\n")
+    res = run_gcurun(
+        "--mpi", "-H", "h1:1,h2:1", "--ssh-config", str(netns_cluster.ssh_config),
+        "--network-interface", f"{netns_cluster.subnet_prefix}.0/24",
+        "--grace-seconds", "3", sys.executable, REPORT, *NAMES, timeout=120,
+        env={"PYTHONPATH": f"{ROOT}:{probe}", "ENVFWD_CUSTOM": "c", "DISPLAY": ":99",
+             "HOROVOD_STALL_CHECK_DISABLE": "1"})
+    assert res.returncode == 0, res.stderr
+    got = rank_reports(res.stdout)
+    assert sorted(got) == [0, 1], res.stdout
+    for rep in got.values():
+        assert (rep["probe"], rep["env"]["ENVFWD_CUSTOM"], rep["env"]["DISPLAY"],
+                rep["stall_check_warning_seconds"]) == ("from the launcher", "c", None, 0.0)
