@@ -23,6 +23,8 @@ def plan_header(plan: LaunchPlan) -> dict[str, Any]:
         "master_port": plan.master_port,
         "workdir": plan.workdir,
         "forwarded_env": list(plan.forwarded_env),
+        "launcher_env": {"mode": plan.env_forward, "forwarded": sorted(plan.launcher_env),
+                         "left_out": list(plan.env_left_out)},
         "hosts": [{"name": h.name, "slots": h.slots, "user": h.user,
                    "devices": list(h.devices) if h.devices is not None else None}
                   for h in plan.hosts],
@@ -99,6 +101,7 @@ def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: Text
 
     out.write(columns([("setting", "value", "from"), *(
         (key, show_value(value), origin) for key, value, origin in explain_settings(settings))]))
+    out.write(forwarding_lines(plan))
     if mpirun is not None:
         import shlex
 
@@ -110,6 +113,16 @@ def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: Text
         import shlex
 
         out.write("srun command:\n  " + shlex.join(srun) + "\n")
+
+
+def forwarding_lines(plan: LaunchPlan) -> str:
+    """What of this environment ranks on other hosts get, by name (never a value)."""
+    forwarded = ", ".join(sorted(plan.launcher_env)) or "-"
+    lines = f"environment forwarded to other hosts (--env-forward {plan.env_forward}): " \
+            f"{forwarded}\n"
+    if plan.env_forward == "all":
+        lines += f"left out: {', '.join(plan.env_left_out) or '-'}\n"
+    return lines
 
 
 def rank_groups(ranks: Sequence[RankSpec]) -> list[list[RankSpec]]:

@@ -21,7 +21,7 @@ SETTING_KEYS = {
     "launcher": "launcher", "bind_to": "bind_to", "map_by": "map_by",
     "report_bindings": "report_bindings", "output_dir": "output_dir",
     "grace_seconds": "grace_seconds", "workdir": "workdir",
-    "master_addr": "master_addr", "master_port": "master_port",
+    "master_addr": "master_addr", "master_port": "master_port", "env_forward": "env_forward",
     "ssh_user": "ssh.user", "ssh_port": "ssh.port", "ssh_identity_file": "ssh.identity_file",
     "host_key_policy": "ssh.host_key_policy", "python": "ssh.python",
     "ssh_timeout": "ssh.timeout", "ssh_config": "ssh.config_file",
@@ -56,6 +56,10 @@ def _options(func):
                      help="Device ids per host, in local-rank order: 0,2,4,6."),
         click.option("-x", "--env", "env", multiple=True, metavar="NAME[=VALUE]",
                      help="Forward NAME from this environment, or set NAME=VALUE."),
+        click.option("--env-forward", type=click.Choice(["all", "listed"]),
+                     help="What of this environment reaches ranks on other hosts: all of "
+                          "it but this host's own variables (default), or only -x names "
+                          "and GCURUN_*/HOROVOD_* (mpirun's way)."),
         # How ranks start
         click.option("--launcher", type=click.Choice(["local", "ssh", "mpi", "slurm"]),
                      help="Executor (default: local, or ssh when a host is remote)."),

@@ -75,6 +75,9 @@ class Settings:
     launcher: Literal["local", "ssh", "mpi", "slurm"] | None = None  # None: local or ssh
     env: Mapping[str, str] = field(default_factory=dict)     # variables to set (-x N=V)
     forward_env: tuple[str, ...] = ()                        # variables to forward (-x N)
+    # What of the launcher's environment reaches ranks on other hosts: all of it but what
+    # belongs to this host (gcurun.launch.planning.forwarding), or only the -x names.
+    env_forward: Literal["all", "listed"] = "all"
     bind_to: BindTo = "none"
     map_by: MapBy = "slot"
     report_bindings: bool = False

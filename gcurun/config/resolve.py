@@ -172,16 +172,28 @@ def read_environment(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[s
     return values, names
 
 
-def runtime_environment(runtime: RuntimeSettings) -> dict[str, str]:
-    """The ``GCURUN_*`` variables that carry the runtime knobs into every rank."""
+def runtime_environment(runtime: RuntimeSettings,
+                        sources: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``GCURUN_*`` variables that carry the runtime knobs into every rank: with
+    ``sources`` (``Settings.sources``), only the knobs the command line or a profile set,
+    so a knob set in the launcher's environment (``HOROVOD_STALL_CHECK_DISABLE=1``,
+    ``HOROVOD_CYCLE_TIME``) reaches the ranks as it was given, and the ranks' own
+    defaults apply to the rest."""
     env: dict[str, str] = {}
     for key in KEYS:
         if key.section != "runtime" or key.environ_name is None:
+            continue
+        if sources is not None and not _explicit(sources.get(key.path, "default")):
             continue
         value = getattr(runtime, key.name)
         if value is not None:
             env[key.environ_name] = _variable_text(value)
     return env
+
+
+def _explicit(source: str) -> bool:
+    """Whether a setting's source is the command line or a profile."""
+    return source == "cli" or source.startswith("profile")
 
 
 def explain_settings(settings: Settings) -> tuple[tuple[str, Any, str], ...]:

@@ -144,6 +144,7 @@ KEYS: tuple[Key, ...] = (
     Key("launcher", "choice", choices=("local", "ssh", "mpi", "slurm"), nullable=True),
     Key("env", "env", in_environ=False),
     Key("forward_env", "names", in_environ=False),
+    Key("env_forward", "choice", choices=("all", "listed")),
     Key("bind_to", "choice", choices=_choices(BindTo)),
     Key("map_by", "choice", choices=_choices(MapBy)),
     Key("report_bindings", "bool"),

@@ -60,6 +60,12 @@ class LaunchPlan:
     workdir: str
     forwarded_env: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
+    # The launcher's environment as ranks on other hosts get it, under every rank's own
+    # variables (gcurun.launch.planning.forwarding): ``env_forward`` names the mode,
+    # ``env_left_out`` what stays here. This host's ranks inherit the environment whole.
+    launcher_env: Mapping[str, str] = field(default_factory=dict)
+    env_left_out: tuple[str, ...] = ()
+    env_forward: str = "all"
 
     @property
     def size(self) -> int:

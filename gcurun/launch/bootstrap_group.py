@@ -61,14 +61,17 @@ def shared_environment(envs: Iterable[Mapping[str, str]]) -> dict[str, str]:
 
 def job_messages(ranks: Sequence[RankSpec], argv: Mapping[int, Sequence[str]], *,
                  workdir: str, kill_grace: float, secrets: Mapping[str, str],
-                 fence_after: float | None = None) -> Iterator[dict[str, Any]]:
+                 fence_after: float | None = None,
+                 forwarded: Mapping[str, str] | None = None) -> Iterator[dict[str, Any]]:
     """The messages that give a bootstrap its job: one ``job`` (working directory, the
-    environment every rank shares, the secrets, the first ranks, and ``fence_after`` when
-    the launcher pings), then ``ranks`` messages with the rest; ``more`` tells whether
-    another follows."""
+    launcher's ``forwarded`` environment when there is one, the environment every rank
+    shares, the secrets, the first ranks, and ``fence_after`` when the launcher pings),
+    then ``ranks`` messages with the rest; ``more`` tells whether another follows."""
     shared = shared_environment(r.env for r in ranks)
     head: dict[str, Any] = {"op": "job", "workdir": workdir, "kill_grace": kill_grace,
                             "secrets": dict(secrets), "env": shared}
+    if forwarded:
+        head["forwarded"] = dict(forwarded)
     if fence_after is not None:
         head["fence_after"] = fence_after
     batch: list[dict[str, Any]] = []
@@ -96,10 +99,12 @@ class BootstrapGroup:
     host = "localhost"
 
     def __init__(self, ranks: Sequence[RankSpec], *, workdir: str,
-                 secrets: Mapping[str, str] | None = None, kill_grace: float = 10.0) -> None:
+                 secrets: Mapping[str, str] | None = None, kill_grace: float = 10.0,
+                 forwarded: Mapping[str, str] | None = None) -> None:
         self._ranks = list(ranks)
         self._workdir = workdir
         self._secrets = dict(secrets or {})
+        self._forwarded = dict(forwarded or {})
         self._kill_grace = kill_grace
         self._pids: dict[int, int] = {}
         self._done: set[int] = set()          # ranks reported (exited or lost)
@@ -166,7 +171,7 @@ class BootstrapGroup:
         """What the bootstrap is told: everything about the ranks, nothing on argv."""
         return job_messages(self._ranks, self._argv(), workdir=self._workdir,
                             kill_grace=self._kill_grace, secrets=self._secrets,
-                            fence_after=self._fence_after)
+                            fence_after=self._fence_after, forwarded=self._forwarded)
 
     # -- for subclasses ---------------------------------------------------------------------
     def _open(self) -> None:

@@ -76,13 +76,17 @@ def plan_job(command: Sequence[str], settings: Settings, *,
     and a free port). Raises PlanError when the ranks do not fit."""
     from gcurun.config.resolve import runtime_environment
     from gcurun.hosts.locality import probe_local_names
+    from gcurun.launch.planning.forwarding import plan_forwarding
     from gcurun.launch.planning.plan import build_plan
 
     environ = os.environ if environ is None else environ
     hosts = settings.hosts or (HostSpec("localhost", slots=settings.np or 1),)
     job_env = {name: environ[name] for name in settings.forward_env if name in environ}
     job_env.update(settings.env)
-    job_env.update(runtime_environment(settings.runtime))
+    # Only knobs given on the command line or in a profile: one the environment gives
+    # reaches the ranks as that variable itself, beside its Horovod twins
+    # (HOROVOD_STALL_CHECK_DISABLE), which the ranks read below gcurun's own names.
+    job_env.update(runtime_environment(settings.runtime, settings.sources))
     if settings.mpi.network_interface:
         from gcurun.launch.mpi.command import parse_network_interface
 
@@ -98,7 +102,9 @@ def plan_job(command: Sequence[str], settings: Settings, *,
         forwarded_env=settings.forward_env, master_addr=master_addr or settings.master_addr,
         this_host=socket.getfqdn(),
         master_port=master_port or settings.master_port or free_port(),
-        workdir=settings.workdir or os.getcwd(), sources=settings.sources)
+        workdir=settings.workdir or os.getcwd(), sources=settings.sources,
+        forwarding=plan_forwarding(environ, settings.env_forward, settings.forward_env,
+                                   login=settings.launcher == "slurm"))
 
 
 def prepare(command: Sequence[str], settings: Settings, *,

@@ -184,3 +184,67 @@ def test_a_bad_network_interface_is_refused_before_anything_starts():
     assert res.returncode == 2
     assert res.stderr.startswith("gcurun: error: --network-interface 'eth 0': not an "
                                  "interface name"), res.stderr
+
+
+# A launcher's environment with variables of each kind (PATH and PYTHONPATH to run).
+def launcher_env(**extra):
+    import os
+
+    return {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8",
+            "HOME": "/home/u", "HOSTNAME": "launcher", "SSH_AUTH_SOCK": "/tmp/agent.1",
+            "MY_SECRET_KEY": "hush", "MY_SETTING": "on", **extra}
+
+
+def dry_run(*args, env):
+    return subprocess.run(gcurun_cmd("--dry-run", "-H", "localhost:1,h2:1", *args, "python",
+                                     "t.py"),
+                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+
+
+def test_dry_run_names_what_reaches_other_hosts_and_what_stays():
+    res = dry_run(env=launcher_env())
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.endswith(
+        "environment forwarded to other hosts (--env-forward all): LANG, MY_SETTING, PATH, "
+        "PYTHONPATH\n"
+        "left out: HOME, HOSTNAME, MY_SECRET_KEY, SSH_AUTH_SOCK\n")
+    assert "hush" not in res.stdout and "/tmp/agent.1" not in res.stdout
+
+
+def test_dry_run_json_of_the_listed_mode_from_a_profile_variable():
+    res = dry_run("--json", "-x", "MY_SECRET_KEY",
+                  env=launcher_env(GCURUN_ENV_FORWARD="listed", HOROVOD_CYCLE_TIME="5"))
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["launcher_env"] == {
+        "mode": "listed", "forwarded": ["GCURUN_ENV_FORWARD", "HOROVOD_CYCLE_TIME",
+                                        "MY_SECRET_KEY"],
+        "left_out": ["HOME", "HOSTNAME", "LANG", "MY_SETTING", "PATH", "PYTHONPATH",
+                     "SSH_AUTH_SOCK"]}
+    assert plan["sources"]["env_forward"] == "env:GCURUN_ENV_FORWARD"
+    # A knob from the environment is the ranks' to read; the plan does not restate it.
+    assert "GCURUN_CYCLE_TIME_MS" not in plan["env"]
+
+
+def test_env_forward_takes_only_its_two_modes():
+    res = dry_run("--env-forward", "some", env=launcher_env())
+    assert res.returncode == 2
+    assert "Invalid value for '--env-forward': 'some' is not one of 'all', 'listed'." \
+        in res.stderr
+
+
+def test_runtime_knobs_of_the_launchers_environment_win_over_the_defaults():
+    from tests.helpers import rank_reports
+
+    report = str(RANKS / "env_report.py")
+    res = run_gcurun("-np", "2", sys.executable, report,
+                     env={"HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_CYCLE_TIME": "7",
+                          "HOROVOD_GLOO_IFACE": "lo"})
+    assert res.returncode == 0, res.stderr
+    for got in rank_reports(res.stdout).values():
+        assert (got["stall_check_warning_seconds"], got["cycle_time_ms"],
+                got["network_interface"]) == (0.0, 7.0, "lo")
+    # The command line still wins over the environment.
+    res = run_gcurun("-np", "1", "--stall-check-warning-seconds", "5", sys.executable,
+                     report, env={"HOROVOD_STALL_CHECK_DISABLE": "1"})
+    assert rank_reports(res.stdout)[0]["stall_check_warning_seconds"] == 5.0

@@ -256,3 +256,18 @@ def test_devices_slurms_gres_gave_win_over_the_plans(slurm_jobs, gres, devices):
     assert done.returncode == 0, done.stderr
     got = rank_reports(done.stdout)
     assert [got[r]["dev"] for r in (0, 1)] == devices
+
+
+@pytest.mark.parametrize(("mode", "custom"), [("all", "c"), ("listed", None)])
+def test_srun_tasks_get_the_launchers_environment_as_the_mode_says(slurm_jobs, mode, custom):
+    report = str(Path(__file__).resolve().parents[1] / "ranks" / "env_report.py")
+    done = in_allocation(slurm_jobs, ["-N2", "-n2"], [
+        "--slurm", "--env-forward", mode, "-x", "ENVFWD_LISTED", sys.executable, report,
+        "ENVFWD_CUSTOM", "ENVFWD_LISTED", "DISPLAY", "HOME"],
+        ENVFWD_CUSTOM="c", ENVFWD_LISTED="l", DISPLAY=":99", HOROVOD_STALL_CHECK_DISABLE="1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    reports = rank_reports(done.stdout)
+    assert sorted(reports) == [0, 1]
+    for r in reports.values():
+        assert (r["env"]["ENVFWD_CUSTOM"], r["env"]["ENVFWD_LISTED"], r["env"]["DISPLAY"],
+                r["stall_check_warning_seconds"]) == (custom, "l", None, 0.0)

@@ -45,6 +45,7 @@ CASES = [
     Case("accelerator", "rocm", "cuda", "cuda", "GCURUN_ACCELERATOR", "mlu", "mlu"),
     Case("devices", ("7",), "[0, 1]", ("0", "1"), "GCURUN_DEVICES", "2,3", ("2", "3")),
     Case("launcher", "mpi", "ssh", "ssh", "GCURUN_LAUNCHER", "local", "local"),
+    Case("env_forward", "listed", "all", "all", "GCURUN_ENV_FORWARD", "listed", "listed"),
     Case("bind_to", "core", "numa", "numa", "GCURUN_BIND_TO", "socket", "socket"),
     Case("map_by", "slot", "socket", "socket", "GCURUN_MAP_BY", "numa", "numa"),
     Case("report_bindings", False, "true", True, "GCURUN_REPORT_BINDINGS", "1", True),
@@ -363,7 +364,8 @@ def test_env_merges_per_variable_and_cli_wins():
     profile = parse_profile("env:\n  A: p\n  B: p\n", SOURCE)
     settings = resolve_settings({"env": {"B": "c", "C": "c"}}, profile, {})
     assert settings.env == {"A": "p", "B": "c", "C": "c"}
-    assert {k: v for k, v in settings.sources.items() if k.startswith("env")} == {
+    assert {k: v for k, v in settings.sources.items()
+            if k == "env" or k.startswith("env.")} == {
         "env": "cli", "env.A": "profile:p.yaml:2", "env.B": "cli", "env.C": "cli"}
 
 
@@ -492,6 +494,16 @@ def test_runtime_environment_leaves_out_unset_knobs():
     assert env["GCURUN_TIMELINE_MARK_CYCLES"] == "0"
 
 
+def test_runtime_environment_with_sources_carries_only_knobs_given_on_purpose():
+    # A knob from the environment reaches the ranks as it was given (with its Horovod
+    # twins, such as HOROVOD_STALL_CHECK_DISABLE); defaults are the ranks' own.
+    environ = {"HOROVOD_CYCLE_TIME": "7"}
+    profile = parse_profile("runtime:\n  timeline: p.json\n", SOURCE)
+    settings = resolve_settings({"runtime.fusion_threshold_mb": 8.0}, profile, environ)
+    assert runtime_environment(settings.runtime, settings.sources) == {
+        "GCURUN_FUSION_THRESHOLD_MB": "8", "GCURUN_TIMELINE": "p.json"}
+
+
 def test_runtime_environment_round_trips_through_resolve():
     runtime = RuntimeSettings(backend="mpi", fusion_threshold_mb=0.5, cycle_time_ms=3.25,
                               timeline="t.json", timeline_mark_cycles=True,
@@ -506,8 +518,8 @@ def test_explain_settings_lists_every_key_with_value_and_source():
     by_key = {key: (value, source) for key, value, source in rows}
     assert [row[0] for row in rows if "." not in row[0] or row[0].startswith("env.")] == [
         "np", "hosts", "hostfile", "oversubscribe", "accelerator", "devices", "launcher",
-        "env", "env.A", "forward_env", "bind_to", "map_by", "report_bindings", "output_dir",
-        "show_ranks", "grace_seconds", "workdir", "master_addr", "master_port"]
+        "env", "env.A", "forward_env", "env_forward", "bind_to", "map_by", "report_bindings",
+        "output_dir", "show_ranks", "grace_seconds", "workdir", "master_addr", "master_port"]
     assert by_key["np"] == (4, "cli")
     assert by_key["env.A"] == ("x", "profile:p.yaml:2")
     assert by_key["ssh.port"] == (2222, "profile:p.yaml:4")

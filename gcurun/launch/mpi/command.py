@@ -8,7 +8,9 @@ with :func:`probe_mpi_flavour`.
 Every rank runs :mod:`gcurun.launch.remote.mpi_shim` first, which turns the launcher's own
 variables into gcurun's rank environment; the job-wide part of the plan's environment
 travels on the command line (``-x``/``-genv``). Variables whose name marks a secret never
-do: their values go into mpirun's own environment and only their names are exported.
+do: their values go into mpirun's own environment and only their names are exported. So
+does the launcher's forwarded environment (``plan.launcher_env``): mpirun inherits it and
+exports each name (``-x NAME``, Hydra's ``-genvlist``), never a value.
 """
 
 from __future__ import annotations
@@ -261,6 +263,7 @@ def build_mpirun_command(
     addresses on this host) turns a CIDR into an interface name for Hydra flavours.
     ``launcher_env`` is gcurun's own environment: its PYTHONPATH is exported by name to
     Open MPI's remote ranks so the shim imports there (Hydra exports everything already).
+    The names of ``plan.launcher_env`` are exported too, after the job's own.
     """
     if len({r.argv for r in plan.ranks}) != 1:
         raise LaunchError("ranks of this plan run different commands, but mpirun starts "
@@ -272,8 +275,10 @@ def build_mpirun_command(
     public_env = {n: v for n, v in job_env.items() if n not in secret_env}
     public_env.update(layout_environment(plan, settings))
     names = sorted(secret_env)
+    names += [n for n in plan.launcher_env if n not in job_env and n not in secret_env
+              and n not in public_env]
     if flavour.kind == "openmpi" and "PYTHONPATH" in (launcher_env or {}) \
-            and "PYTHONPATH" not in job_env:
+            and "PYTHONPATH" not in job_env and "PYTHONPATH" not in names:
         names.append("PYTHONPATH")
     builder = _openmpi_args if flavour.kind == "openmpi" else _hydra_args
     args, hostfile = builder(plan, settings, flavour, public_env, names,

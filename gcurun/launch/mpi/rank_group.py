@@ -123,7 +123,9 @@ class MpiRankGroup:
         self._command = command
         self._flavour = flavour
         self._workdir = plan.workdir
-        self._env = {**(os.environ if base_env is None else base_env), **(command.env or {})}
+        # mpirun exports the forwarded names (-x NAME) with the values it has itself.
+        self._env = {**(os.environ if base_env is None else base_env), **plan.launcher_env,
+                     **(command.env or {})}
         self._notice = notice
         self._cleanup_dir = cleanup_dir
         self._grace = grace_seconds

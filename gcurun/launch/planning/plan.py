@@ -9,6 +9,7 @@ from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.locality import locality_test
 from gcurun.launch.api import LauncherName, LaunchPlan, RankSpec
+from gcurun.launch.planning.forwarding import Forwarding
 from gcurun.launch.remote.rank_env import Endpoints, paddle_endpoints, rank_environment
 
 DEFAULT_LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -92,6 +93,7 @@ def build_plan(
     master_port: int = 29500,
     workdir: str = "/",
     sources: Mapping[str, str] | None = None,
+    forwarding: Forwarding | None = None,
 ) -> LaunchPlan:
     """Place ranks on hosts and give each its identity, device, argv and environment.
 
@@ -102,6 +104,9 @@ def build_plan(
     otherwise. Paddle's endpoints (``PADDLE_TRAINER_ENDPOINTS``) name each rank's host the
     same way: loopback when every rank is local, ``this_host`` for this host, else the
     host's name.
+
+    ``forwarding`` is what of the launcher's environment ranks on other hosts get (kept
+    apart from the ranks' environment: every rank shares it, and its values are never shown).
 
     Raises PlanError for an empty command or host list, or ranks that do not fit.
     """
@@ -155,4 +160,7 @@ def build_plan(
         ranks=tuple(ranks), hosts=tuple(h for h, _ in used), launcher=launcher,
         accelerator=accelerator, device_var=device_var, master_addr=master_addr,
         master_port=master_port, workdir=workdir, forwarded_env=tuple(forwarded_env),
-        sources=dict(sources or {}))
+        sources=dict(sources or {}),
+        launcher_env=dict(forwarding.env) if forwarding else {},
+        env_left_out=forwarding.left_out if forwarding else (),
+        env_forward=forwarding.mode if forwarding else "all")

@@ -8,9 +8,10 @@ command line:
    and interpreter, then waits. The launcher checks every host this way before any rank
    starts; closing the channel now makes the bootstrap exit having started nothing.
 2. It reads the job from stdin: one ``job`` message (:mod:`.protocol`) with the working
-   directory, the environment all its ranks share, the secret variables and the first
-   ranks (argv, environment and binding of each); ``ranks`` messages bring the rest, so a
-   job of any size travels in messages of bounded size.
+   directory, the launcher's forwarded environment, the environment all its ranks
+   share, the secret variables and the first ranks (argv, environment and binding of
+   each); ``ranks`` messages bring the rest, so a job of any size travels in messages
+   of bounded size.
 3. It starts each rank in its own session (its own process group), with stdin from
    /dev/null, and relays its stdout and stderr as frames on its own stdout, then the exit
    code or signal. A rank's exit frame follows all of its output. Ranks are started a few
@@ -109,6 +110,7 @@ class Bootstrap:
         self.to_start: collections.deque[Mapping[str, Any]] = collections.deque()
         self.more = False            # the launcher has more ranks to send
         self.shared_env: Mapping[str, str] = {}
+        self.forwarded_env: Mapping[str, str] = {}
         self.secrets: Mapping[str, str] = {}
         self.channel_open = True
         self.kill_grace = DEFAULT_KILL_GRACE
@@ -179,6 +181,7 @@ class Bootstrap:
                 return False
         self.secrets = job.get("secrets", {})
         self.shared_env = job.get("env", {})
+        self.forwarded_env = job.get("forwarded", {})
         if job.get("fence_after") is not None:
             self.fence_after = float(job["fence_after"])
             self.heard_at = self.clock()
@@ -199,7 +202,7 @@ class Bootstrap:
         while self.to_start and self.kill_at is None and self.clock() < until:
             spec = self.to_start.popleft()
             self.spawn(spec, merged_environment(os.environ, spec["env"], self.secrets,
-                                                self.shared_env))
+                                                self.shared_env, self.forwarded_env))
 
     def spawn(self, spec: Mapping[str, Any], env: dict[str, str]) -> None:
         rank, binding = int(spec["rank"]), spec.get("binding")

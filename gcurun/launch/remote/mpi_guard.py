@@ -8,6 +8,13 @@ mpirun, which stops the ranks on every host, and then stops every process group 
 the session: SIGTERM, ``GRACE`` seconds, SIGKILL. mpirun alone would leave the ranks' own
 children behind, and it can miss ranks it was still launching.
 
+The guard is also the job's subreaper (PR_SET_CHILD_SUBREAPER): a local process of the job
+whose parent ends (a rank mpirun did not wait for, the ranks' own guards, which leave the
+session, and whatever a rank left running) becomes its child. After mpirun exits, however
+it ends, the guard sweeps the session and then waits for every such process to be gone
+(SIGKILL for any left after ``GRACE`` seconds and the rank guards' own grace), so gcurun,
+which waits for the guard, returns only when no local process of the job is left.
+
 It exits with mpirun's status (re-raising the signal that killed mpirun). Standard library
 only; run by file path. The home of process-group signalling: the bootstrap and the
 launcher import :func:`signal_group` and :func:`death_signal_setter` from here.
@@ -24,6 +31,11 @@ from collections.abc import Callable
 
 _stopping: float | None = None     # monotonic time the stop was requested
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+# A rank's guard (:mod:`.rank_guard`) gives the rank's group this long between SIGTERM and
+# SIGKILL; adopted processes are awaited that long (and a little more) beyond the grace.
+RANK_GUARD_GRACE = 3.0
+ADOPTED_SLACK = 2.0
 
 
 def _on_stop(signum: int, _frame: object) -> None:
@@ -43,6 +55,56 @@ def death_signal_setter(signum: int) -> Callable[[], None]:
     except (OSError, AttributeError):
         return lambda: None
     return lambda: prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants (Linux 3.4+); False elsewhere."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0,
+                                                       0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def own_children() -> list[int]:
+    """The pids of this process's live (not zombie) children."""
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def wait_adopted(deadline: float, kill_wait: float = ADOPTED_SLACK) -> None:
+    """Reap every child left (mpirun is reaped already: all are adopted) until none is;
+    at ``deadline`` SIGKILL those still alive, and give up ``kill_wait`` seconds later
+    (a process stuck in the kernel)."""
+    give_up = deadline + kill_wait
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return
+        now = time.monotonic()
+        if now >= give_up:
+            return
+        if now >= deadline:
+            for pid in own_children():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    continue
+        time.sleep(0.02)
 
 
 def signal_group(pgid: int, signum: int) -> None:
@@ -109,6 +171,7 @@ def run(grace: float, argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _on_stop)
     death_signal_setter(signal.SIGTERM)()   # not Linux: gcurun's terminate still stops it
+    become_subreaper()
     if os.getppid() == 1:
         _on_stop(signal.SIGTERM, None)   # gcurun died before the guard was ready
     try:
@@ -127,8 +190,10 @@ def run(grace: float, argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             if _stopping is not None and time.monotonic() > _stopping + grace:
                 signal_session(os.getsid(0), signal.SIGKILL)
-    if _stopping is not None:
-        sweep(os.getsid(0), max(_stopping + grace, time.monotonic() + 0.5))
+    now = time.monotonic()
+    deadline = max(_stopping + grace, now + 0.5) if _stopping is not None else now + grace
+    sweep(os.getsid(0), deadline)
+    wait_adopted(max(deadline, time.monotonic()) + RANK_GUARD_GRACE + ADOPTED_SLACK)
     return code
 
 

@@ -4,8 +4,9 @@ The bootstrap speaks first: one hello line (``GCURUN-BOOTSTRAP {json}``), then b
 frames (kind, rank, payload) with its ranks' output and exits (``STOPPED``, rank -1, names
 the signal that stopped the bootstrap itself). The launcher sends messages in the JSON
 framing of :mod:`gcurun.rendezvous.wire` (4-byte length, JSON with an ``op``): the
-``job`` (with ``more``: true when ``ranks`` messages follow with more ranks), ``ranks``
-(the same ``more``), and perhaps ``terminate``.
+``job`` (with the launcher's ``forwarded`` environment, and ``more``: true when
+``ranks`` messages follow with more ranks), ``ranks`` (the same ``more``), and perhaps
+``terminate``.
 
 Stdlib only (and the stdlib-only wire module): the bootstrap imports it on remote hosts.
 """
@@ -24,7 +25,7 @@ from typing import Any
 from gcurun.rendezvous.wire import FRAME, FRAME_LIMIT, WireError, decode_body
 
 HELLO_PREFIX = b"GCURUN-BOOTSTRAP "
-PROTOCOL = 3
+PROTOCOL = 4
 
 # Frames from the bootstrap: kind (1 byte), rank (signed 32 bits), length (32 bits), payload.
 FRAME_HEADER = struct.Struct(">BiI")

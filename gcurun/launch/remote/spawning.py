@@ -20,10 +20,12 @@ from gcurun.launch.remote.mpi_guard import death_signal_setter
 
 def merged_environment(base: Mapping[str, str], rank_env: Mapping[str, str],
                        secrets: Mapping[str, str],
-                       shared: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A rank's environment: the login (or launcher's) environment, then the variables
-    all ranks of the job share, then the rank's own, then the secrets."""
-    return {**base, **(shared or {}), **rank_env, **secrets}
+                       shared: Mapping[str, str] | None = None,
+                       forwarded: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A rank's environment: the login (or launcher's) environment, then what the
+    launcher forwarded of its own, then the variables all ranks of the job share, then
+    the rank's own, then the secrets."""
+    return {**base, **(forwarded or {}), **(shared or {}), **rank_env, **secrets}
 
 
 def binding_argv(argv: Sequence[str], binding: Mapping[str, Any] | None,

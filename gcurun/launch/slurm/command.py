@@ -11,6 +11,11 @@ environment, the layout the shim needs and the job's secrets travel there, never
 command line. The plan decides binding and devices: srun gets ``--cpu-bind=none`` when
 ``--bind-to`` is given, and the accelerator's variable is left out of srun's environment
 so that, in a task, it is set only where Slurm's GRES set it (the shim then takes it).
+Of the launcher's environment, srun propagates what gcurun forwards
+(:mod:`gcurun.launch.planning.forwarding`): with ``--env-forward all`` its own environment
+less the variables that belong to this host (removed from srun's environment); with
+``listed``, ``--export`` names the job's variables, the forwarded ones, PATH and
+PYTHONPATH (Slurm adds its own SLURM_* ones).
 
 srun's output carries ``--label`` prefixes (``3: text``), which become per-rank output;
 its own messages start ``srun:``. With ``--kill-on-bad-exit`` srun stops the other tasks
@@ -36,6 +41,8 @@ STEP_NAME_PREFIX = "gcurun-"
 # Options srun reads from the environment that would fight the plan's placement (an
 # sbatch --ntasks-per-node, a hostfile that overrides the node list).
 PLACEMENT_VARIABLES = ("SLURM_NTASKS_PER_NODE", "SLURM_HOSTFILE")
+# What a task needs to find the shim's interpreter and gcurun when srun exports a list.
+LISTED_ALWAYS = ("PATH", "PYTHONPATH")
 
 _LABEL = re.compile(rb"^ *(\d+): ")
 _STEPD = re.compile(rb"^slurmstepd(?:-[^:\s]*)?: ")
@@ -92,7 +99,6 @@ def build_srun_command(plan: LaunchPlan, settings: Settings, *, python: str,
         argv.append("--overcommit")
     if pmix:
         argv.append("--mpi=pmix")
-    argv += [python, "-m", SHIM_MODULE, "--", *plan.ranks[0].argv]
     env = {**job_environment(plan), **layout_environment(plan, settings)}
     if plan.device_var:
         env["GCURUN_GRES_DEVICES"] = "1"
@@ -102,6 +108,12 @@ def build_srun_command(plan: LaunchPlan, settings: Settings, *, python: str,
         env[mpi_shim.JOB_NAME_VARIABLE] = job_name
     env.update(secrets or {})
     unset = PLACEMENT_VARIABLES + ((plan.device_var,) if plan.device_var else ())
+    if plan.env_forward == "listed":
+        names = dict.fromkeys([*LISTED_ALWAYS, *sorted(plan.launcher_env), *sorted(env)])
+        argv.append("--export=" + ",".join(names))
+    else:
+        unset += tuple(n for n in plan.env_left_out if n not in unset)
+    argv += [python, "-m", SHIM_MODULE, "--", *plan.ranks[0].argv]
     return SrunCommand(argv=tuple(argv), env=env, unset=unset, step_name=step_name)
 
 

@@ -30,14 +30,17 @@ EXIT_STATUS_WAIT = 2.0
 class SSHRankGroup(BootstrapGroup):
     """The ranks of one remote host, run by the bootstrap of ``session``.
 
-    ``secrets`` are added to every rank's environment and travel only over the channel.
+    ``secrets`` are added to every rank's environment and travel only over the channel,
+    as does ``forwarded`` (the launcher's environment, under every rank's own variables).
     ``kill_grace`` is how long the bootstrap waits between SIGTERM and SIGKILL when the
     launcher is gone.
     """
 
     def __init__(self, session: HostSession, ranks: Sequence[RankSpec], *, workdir: str,
-                 secrets: Mapping[str, str] | None = None, kill_grace: float = 10.0) -> None:
-        super().__init__(ranks, workdir=workdir, secrets=secrets, kill_grace=kill_grace)
+                 secrets: Mapping[str, str] | None = None, kill_grace: float = 10.0,
+                 forwarded: Mapping[str, str] | None = None) -> None:
+        super().__init__(ranks, workdir=workdir, secrets=secrets, kill_grace=kill_grace,
+                         forwarded=forwarded)
         self.session = session
         self.host = session.target.alias
         self.leftover = session.leftover
@@ -105,7 +108,8 @@ def ssh_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[RankGroup]:
                               "job with its hosts checked (connect=True) before running it")
         groups.append(SSHRankGroup(session, by_host[name], workdir=plan.workdir,
                                    secrets=secrets_for(session, secrets),
-                                   kill_grace=job.settings.grace_seconds))
+                                   kill_grace=job.settings.grace_seconds,
+                                   forwarded=plan.launcher_env))
     return groups
 
 

@@ -244,3 +244,34 @@ def test_per_host_user_cannot_go_through_mpirun():
     hosts = (HostSpec("a", slots=1, user="alice"), HostSpec("b", slots=1))
     with pytest.raises(LaunchError, match="host 'alice@a' has its own user or port"):
         command("openmpi5", PLAIN, hosts=hosts)
+
+
+LAUNCHER = {"PYTHONPATH": "/opt/lib", "MY_SETTING": "v4lue", "HOROVOD_CYCLE_TIME": "7",
+            "HOSTNAME": "launcher", "SSH_AUTH_SOCK": "/tmp/agent", "FOO": "other"}
+
+
+def forwarded_command(name, mode):
+    from gcurun.launch.planning.forwarding import plan_forwarding
+
+    return command(name, forwarding=plan_forwarding(LAUNCHER, mode)).argv
+
+
+@pytest.mark.parametrize("name", ["openmpi4", "openmpi5"])
+def test_open_mpi_exports_the_forwarded_names_and_no_value(name):
+    argv = shlex.join(forwarded_command(name, "all"))
+    # FOO is the job's own (-x FOO=bar): the plan's value wins, given once.
+    assert " -x API_TOKEN -x HOROVOD_CYCLE_TIME -x MY_SETTING -x PYTHONPATH " in argv
+    assert "v4lue" not in argv and "-x FOO=bar" in argv and "-x FOO " not in argv
+    assert "HOSTNAME" not in argv and "SSH_AUTH_SOCK" not in argv
+
+
+def test_listed_keeps_mpiruns_x_names_and_the_runtimes_variables():
+    argv = shlex.join(forwarded_command("openmpi4", "listed"))
+    assert " -x API_TOKEN -x HOROVOD_CYCLE_TIME -x PYTHONPATH " in argv
+    assert "MY_SETTING" not in argv
+
+
+@pytest.mark.parametrize("name", ["mpich", "intel"])
+def test_hydra_lists_the_forwarded_names(name):
+    argv = forwarded_command(name, "all")
+    assert argv[argv.index("-genvlist") + 1] == "API_TOKEN,HOROVOD_CYCLE_TIME,MY_SETTING,PYTHONPATH"

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 
+import psutil
 import pytest
 
 from gcurun.config.api import MPISettings, Settings
@@ -16,7 +17,7 @@ from gcurun.hosts.api import HostSpec
 from gcurun.launch.execute import run_job
 from gcurun.launch.planning.plan import build_plan
 from gcurun.launch.supervision.output import OutputSink
-from tests.helpers import RANKS, all_pids, read_ranks, survivors, wait_for
+from tests.helpers import RANKS, all_pids, read_ranks, run_gcurun, survivors, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.mpi,
               pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")]
@@ -112,3 +113,25 @@ def test_bind_to_core_binds_each_rank_to_its_own_core(tmp_path):
     affinities = [tuple(r["affinity"]) for r in records]
     assert all(len(a) == 1 for a in affinities) and len(set(affinities)) == 2
     assert [r["env"]["OMP_NUM_THREADS"] for r in records] == ["1", "1"]
+
+
+def job_processes(token: str) -> list[str]:
+    """The live processes (not zombies) whose command line holds ``token``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and \
+                token in " ".join(proc.info["cmdline"] or ()):
+            found.append(f"{proc.pid}: {' '.join(proc.info['cmdline'])}")
+    return found
+
+
+def test_gcurun_returns_only_when_no_process_of_the_failed_job_is_left(tmp_path):
+    # Rank 1 fails once both ranks run; rank 0, its grandchild and both ranks' guards
+    # (forked by the shim, so their command lines still name tmp_path) must all be gone
+    # by the time gcurun has said the job failed.
+    res = run_gcurun("--mpi", "-np", "2", "--grace-seconds", "2", sys.executable, WORKER,
+                     str(tmp_path), "--fail-rank", "1", "--code", "3", "--grandchild")
+    assert res.returncode == 3, res.stderr
+    assert "every other rank was stopped" in res.stderr
+    assert job_processes(str(tmp_path)) == []
+    assert survivors(all_pids(read_ranks(tmp_path, 2)), timeout=0) == []

@@ -72,6 +72,14 @@ def test_secrets_override_rank_variables_which_override_the_login_environment():
     assert env == {"PATH": "/bin", "A": "rank", "B": "secret"}
 
 
+def test_the_launchers_forwarded_environment_sits_between_login_and_job():
+    env = merged_environment({"PATH": "/bin", "A": "login", "H": "/home/u"},
+                             {"B": "rank"}, {}, {"C": "shared"},
+                             {"PATH": "/venv/bin", "A": "fwd", "B": "fwd", "C": "fwd"})
+    assert env == {"PATH": "/venv/bin", "A": "fwd", "H": "/home/u", "B": "rank",
+                   "C": "shared"}
+
+
 def test_memory_binding_wraps_argv_in_numactl_only_when_asked_and_present():
     argv = ["python", "train.py"]
     found = {"numactl": "/usr/bin/numactl"}.get

@@ -201,3 +201,30 @@ def test_the_topology_probe_runs_one_task_per_node():
     assert argv[2:6] == ["--ntasks=2", "--nodes=2", "--nodelist=h2,h1",
                          "--distribution=arbitrary"]
     assert argv[-4:] == ["/usr/bin/python3", "-c", "print(1)", "/sys"]
+
+
+LAUNCHER = {"PATH": "/venv/bin", "MY_SETTING": "v", "HOROVOD_CYCLE_TIME": "7",
+            "HOSTNAME": "launcher", "DISPLAY": ":0", "HOME": "/home/u"}
+
+
+def forwarding(mode):
+    from gcurun.launch.planning.forwarding import plan_forwarding
+
+    return plan_forwarding(LAUNCHER, mode, login=True)
+
+
+def test_srun_propagates_its_environment_less_this_hosts_variables():
+    cmd = command(plan(np=3, forwarding=forwarding("all")))
+    assert not any(a.startswith("--export") for a in cmd.argv)
+    assert {"HOSTNAME", "DISPLAY"} <= set(cmd.unset) and "HOME" not in cmd.unset
+    assert "MY_SETTING" not in cmd.unset
+
+
+def test_listed_names_what_srun_exports():
+    cmd = command(plan(np=3, forwarding=forwarding("listed")), secrets={"GCURUN_SECRET": "0f"})
+    export = next(a for a in cmd.argv if a.startswith("--export="))
+    names = export.removeprefix("--export=").split(",")
+    assert names[:3] == ["PATH", "PYTHONPATH", "HOROVOD_CYCLE_TIME"]
+    assert {"FOO", "API_TOKEN", "GCURUN_SECRET", "GCURUN_MPI_HOSTS"} <= set(names)
+    assert "MY_SETTING" not in names and "0f" not in export
+    assert cmd.argv.index(export) < cmd.argv.index("/usr/bin/python3")

@@ -59,6 +59,23 @@ def test_job_message_carries_env_secrets_and_binding(session):
                   {"rank": 1, "argv": ["b"], "env": {"GCURUN_RANK": "1"}, "binding": None}]}]
 
 
+def test_the_launchers_environment_reaches_the_ranks_under_their_own_variables(session):
+    # Sent once, in the job message (never on a command line); the rank's own variables
+    # and the secrets win over it, and it wins over the host's login environment.
+    forwarded = {"PYTHONPATH": "/launcher/lib", "FWD_ONLY": "f", "JOB": "launcher",
+                 "GCURUN_SECRET": "launcher", "HOME": "/launcher/home"}
+    events = queue.Queue()
+    group = SSHRankGroup(session, [spec(0, "sh", "-c",
+                                        'echo "$PYTHONPATH $FWD_ONLY $JOB $GCURUN_SECRET"',
+                                        env={"GCURUN_RANK": "0", "JOB": "rank"})],
+                         workdir="/", secrets={"GCURUN_SECRET": "s"}, forwarded=forwarded)
+    assert next(iter(group.job_messages()))["forwarded"] == forwarded
+    group.start(events)
+    got = drain(events, 1)
+    assert OutputEvent(0, "stdout", b"/launcher/lib f rank s\n") in got
+    assert got[-1] == ExitEvent(0, 0, None, None)
+
+
 def test_a_large_job_travels_in_bounded_messages(session):
     from gcurun.launch.bootstrap_group import BATCH_RANKS
 
