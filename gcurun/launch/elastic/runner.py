@@ -37,7 +37,7 @@ from gcurun.launch.remote.rank_env import (
     rank_environment,
 )
 from gcurun.launch.supervision.output import OutputSink
-from gcurun.launch.supervision.supervise import InterruptEvent, stop_groups
+from gcurun.launch.supervision.supervise import EventQueue, InterruptEvent, stop_groups
 
 EXIT_REPORT_SLACK = 10.0
 TICK_SECONDS = 0.2
@@ -73,7 +73,7 @@ class ElasticRunner:
         self.stderr = stderr
         self.liveness = liveness
         self.clock = clock
-        self.events: queue.Queue[Any] = queue.Queue()
+        self.events: EventQueue = EventQueue()
         self.driver = ElasticDriver(config, now=clock())
         self.specs: dict[str, HostSpec] = {}
         self.groups: dict[str, list[RankGroup]] = {}
@@ -266,6 +266,7 @@ class ElasticRunner:
         return groups[0]
 
     def _stop_everything(self) -> None:
+        self.events.unbound()    # the loop is over: no reader waits for it any more
         groups = [g for gs in self.groups.values() for g in gs]
         self.stoppers += stop_groups(groups, self.settings.grace_seconds)
         deadline = time.monotonic() + self.settings.grace_seconds + EXIT_REPORT_SLACK
