@@ -47,10 +47,9 @@ def test_a_full_log_disk_warns_once_and_the_job_goes_on(tmp_path):
     with full_tmpfs(tmp_path / "small") as small:
         res = run_gcurun("-np", "2", "--output-dir", str(small), sys.executable, CHATTY,
                          str(tmp_path), "--bytes", str(200 * 1024))
-        logs = Path((small / "latest").readlink())
-        logs = small / logs
+        assert res.returncode == 0, res.stderr
+        logs = small / (small / "latest").readlink()
         written = {p.name: p.stat().st_size for p in logs.iterdir()}
-    assert res.returncode == 0, res.stderr
     for rank, letter in ((0, "a"), (1, "b")):   # the console got every line
         assert res.stdout.count(f"[{rank}] {letter * 1023}\n") == 200
     warnings = [line for line in res.stderr.splitlines() if "cannot write" in line]

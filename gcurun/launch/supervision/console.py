@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -73,6 +74,12 @@ class Console:
             except (OSError, ValueError):
                 pass
 
+    @property
+    def pending(self) -> int:
+        """Bytes queued and not yet written."""
+        with self._cond:
+            return self._size
+
     def offer(self, text: str) -> bool:
         """Queue ``text`` (whole lines) to be written, or drop it when the console has
         ``limit`` bytes pending (one item always fits in an empty queue). Never blocks."""
@@ -101,6 +108,8 @@ class Console:
             self._closed = True
             if self._dropped and self.broken is None:
                 self._push(self._notice().encode(self._encoding, errors="replace"), 1)
+            if self._pending:
+                self._wake()
             while self._pending and self.broken is None and not give_up() and \
                     time.monotonic() - self._progress < patience:
                 self._cond.wait(0.1)
@@ -149,10 +158,7 @@ class Console:
                     return
                 data, lines = self._pending[0]
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(self._fd, view):]
-                    self._progress = time.monotonic()
+                self._write_all(data)
             except OSError as exc:
                 with self._cond:
                     self.broken = exc.strerror or str(exc)
@@ -167,6 +173,17 @@ class Console:
                     self._size -= len(data)
                     self._lines -= lines
                 self._cond.notify_all()
+
+    def _write_all(self, data: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._fd, view):]
+            except BlockingIOError:   # another program made the file non-blocking
+                select.select([], [self._fd], [], 1.0)
+                continue
+            self._progress = time.monotonic()
 
     def _write_stream(self, text: str, lines: int) -> bool:
         if self.broken is not None:
