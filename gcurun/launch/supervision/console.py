@@ -11,6 +11,7 @@ log files of ``--output-dir``, written apart from the console, keep every line.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import select
 import threading
@@ -99,11 +100,14 @@ class Console:
             self._wake()
         return True
 
-    def close(self, patience: float, give_up: Callable[[], bool] = lambda: False) -> None:
+    def close(self, patience: float, give_up: Callable[[], bool] = lambda: False, *,
+              at_most: float | None = None) -> None:
         """Wait until everything queued is written, or the console has taken nothing for
-        ``patience`` seconds, or ``give_up()`` says so; what is left counts as lost."""
+        ``patience`` seconds, or ``at_most`` seconds have passed, or ``give_up()`` says
+        so; what is left counts as lost."""
         if self._fd is None:
             return
+        end = time.monotonic() + (math.inf if at_most is None else at_most)
         with self._cond:
             self._closed = True
             if self._dropped and self.broken is None:
@@ -111,7 +115,7 @@ class Console:
             if self._pending:
                 self._wake()
             while self._pending and self.broken is None and not give_up() and \
-                    time.monotonic() - self._progress < patience:
+                    time.monotonic() - self._progress < patience and time.monotonic() < end:
                 self._cond.wait(0.1)
             if self._pending:
                 self.lost_lines += self._lines

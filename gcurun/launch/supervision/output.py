@@ -31,7 +31,7 @@ _COLOURS = ("36", "33", "32", "35", "34", "31", "96", "93", "92", "95", "94", "9
 PIECE_CHARS = 64 * 1024  # a longer line reaches the console in pieces of this many characters
 _LINE_END = re.compile(r"\r\n|\n|\r")
 # At the end of a job the console gets this long without taking anything before what it
-# has not taken is given up (a pager left open); after a signal, this long.
+# has not taken is given up (a pager left open); after a signal, this long in all.
 CONSOLE_PATIENCE = 30.0
 CONSOLE_PATIENCE_INTERRUPTED = 1.0
 
@@ -214,10 +214,12 @@ class OutputSink:
         self._emit(event.rank, event.stream, segments)
 
     def finish_all(self, patience: float = CONSOLE_PATIENCE,
-                   give_up: Callable[[], bool] = lambda: False) -> None:
+                   give_up: Callable[[], bool] = lambda: False, *,
+                   at_most: float | None = None) -> None:
         """Flush partial lines of every stream (the job is over), close log files, say
         what went missing, and give the console up to ``patience`` seconds without
-        progress (or until ``give_up()``) to take the rest. Idempotent."""
+        progress (``at_most`` seconds in all, or until ``give_up()``) to take the rest.
+        Idempotent."""
         if self._finished:
             return
         self._finished = True
@@ -227,10 +229,10 @@ class OutputSink:
             self._logs.close()
         err = self._consoles["stderr"]
         if self._consoles["stdout"] is not err:
-            self._consoles["stdout"].close(patience, give_up)
+            self._consoles["stdout"].close(patience, give_up, at_most=at_most)
         for message in self.losses():
             self.warn(message)
-        err.close(patience, give_up)
+        err.close(patience, give_up, at_most=at_most)
 
     def losses(self) -> list[str]:
         """What the console did not show and which logs are incomplete, as sentences."""

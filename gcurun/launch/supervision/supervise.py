@@ -205,8 +205,11 @@ def finish_output(sink: OutputSink, events: queue.Queue[Event | InterruptEvent],
             except queue.Empty:
                 return False
 
-    sink.finish_all(CONSOLE_PATIENCE_INTERRUPTED if interrupted else CONSOLE_PATIENCE,
-                    signalled)
+    if interrupted:
+        sink.finish_all(CONSOLE_PATIENCE_INTERRUPTED, signalled,
+                        at_most=CONSOLE_PATIENCE_INTERRUPTED)
+    else:
+        sink.finish_all(CONSOLE_PATIENCE, signalled)
 
 
 def _apply(state: JobState, event: Event | InterruptEvent, sink: OutputSink) -> bool:
