@@ -92,6 +92,27 @@ def test_a_console_nobody_reads_neither_grows_gcurun_nor_delays_a_signal(tmp_pat
     assert survivors(ranks) == []
 
 
+def test_sigterm_ends_gcurun_when_its_stdout_and_stderr_are_one_unread_pipe(tmp_path):
+    """``2>&1`` into a pipe nobody reads: gcurun's own last words must not keep it."""
+    proc = subprocess.Popen(
+        gcurun_cmd("-np", "2", "--grace-seconds", "3", sys.executable, CHATTY, str(tmp_path),
+                   "--bytes", str(8 * 1024 * 1024), "--linger", "600"),
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    ranks: list[int] = []
+    try:
+        wait_for("both ranks wrote their output", lambda: all(
+            (tmp_path / f"rank-{r}.done").exists() for r in range(2)), timeout=120)
+        ranks = [int((tmp_path / f"rank-{r}.pid").read_text()) for r in range(2)]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert survivors(ranks) == []
+
+
 def test_long_lines_of_several_ranks_reach_the_console_in_whole_pieces(tmp_path):
     size, line = 3, 200_001                     # 200,000 letters and a newline
     res = run_gcurun("-np", str(size), sys.executable, CHATTY, str(tmp_path),
