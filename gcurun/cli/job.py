@@ -20,16 +20,16 @@ if TYPE_CHECKING:
 def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, Any],
            environ: Mapping[str, str], *, stdout: TextIO, stderr: TextIO) -> int:
     """Resolve settings, prepare the job, then print it (--dry-run) or run it. SIGINT,
-    SIGTERM or SIGHUP before the ranks run (during the SSH preflight, say) ends it as one during
-    the run does: JobInterrupted, exit 128+N."""
+    SIGTERM or SIGHUP before the ranks run (during the SSH preflight, say) ends it as one
+    during the run does: JobInterrupted, exit 128+N."""
     with interrupts_raise():
         return _launch(command, cli, params, environ, stdout=stdout, stderr=stderr)
 
 
 @contextlib.contextmanager
 def interrupts_raise() -> Iterator[None]:
-    """While inside, SIGINT, SIGTERM and SIGHUP raise JobInterrupted in the main thread (the run
-    itself turns them into events of its own while it supervises the ranks)."""
+    """While inside, SIGINT, SIGTERM and SIGHUP raise JobInterrupted in the main thread
+    (the run itself turns them into events of its own while it supervises the ranks)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

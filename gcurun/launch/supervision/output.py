@@ -182,8 +182,9 @@ class OutputSink:
         self._dir = Path(output_dir) if output_dir else None
         hint = f" (every line is in the logs under {self._dir})" if self._dir else ""
         consoles: dict[object, Console] = {}
-        for stream in (stderr, stdout):   # stderr first: its messages come first on 2>&1
-            consoles.setdefault(console_key(stream), Console(stream, hint=hint))
+        for stream in (stdout, stderr):   # one console per file: 2>&1 shares one
+            console = Console(stream, hint=hint)   # (each flushes what its stream holds)
+            consoles.setdefault(console_key(stream), console)
         self._consoles = {"stdout": consoles[console_key(stdout)],
                           "stderr": consoles[console_key(stderr)]}
         self._splitters: dict[tuple[int, Stream], LineSplitter] = {}
@@ -248,10 +249,6 @@ class OutputSink:
             listed = ", ".join(f"{path} ({why})" for path, why in self._logs.failed.items())
             found.append(f"incomplete logs: {listed}")
         return found
-
-    def incomplete_logs(self) -> dict[Path, str]:
-        """Log files (or the log directory) that could not be written in full -> why."""
-        return dict(self._logs.failed) if self._logs is not None else {}
 
     def tail(self, rank: int) -> tuple[str, ...]:
         """The last lines rank wrote to stderr (for the failure report)."""
