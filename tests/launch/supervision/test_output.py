@@ -3,6 +3,7 @@ from __future__ import annotations
 import datetime
 import io
 import os
+import re
 from pathlib import Path
 
 from gcurun.launch.api import OutputEvent
@@ -110,3 +111,19 @@ def test_job_log_directories_are_new_each_time_and_latest_follows(tmp_path):
     assert os.path.isdir(second) and (tmp_path / "latest").resolve() == Path(second)
     assert sorted(p.name for p in tmp_path.iterdir()) == \
         ["20260102-030405-42", "20260102-030405-42-2", "latest"]
+
+
+def test_a_console_nobody_reads_is_given_up_at_the_end_and_the_loss_said(tmp_path):
+    r, w = os.pipe()
+    out, err = open(w, "w"), io.StringIO()  # noqa: SIM115
+    sink = OutputSink(out, err, output_dir=str(tmp_path))
+    line = b"x" * 1023 + b"\n"
+    for _ in range(200):                        # 12.8 MB, more than pipe and buffer hold
+        sink.write(OutputEvent(0, "stdout", line * 64))
+    sink.finish_all(patience=0.2)              # returns though nobody reads
+    lost = re.fullmatch(r"gcurun: warning: (\d+) line\(s\) of rank output to stdout were "
+                        r"not shown: the console did not take them\n", err.getvalue())
+    assert lost and int(lost[1]) > 0, err.getvalue()
+    assert (tmp_path / "rank-0.stdout.log").stat().st_size == 200 * 64 * 1024
+    out.close()
+    os.close(r)
