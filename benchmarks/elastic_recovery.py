@@ -206,7 +206,7 @@ class Job:
         return code
 
     def events(self) -> list[dict[str, Any]]:
-        text = (self.out_dir / "elastic-events.jsonl").read_text()
+        text = (self.out_dir / "latest" / "elastic-events.jsonl").read_text()
         return [json.loads(line) for line in text.splitlines()]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
@@ -29,7 +30,7 @@ def is_elastic(params: Mapping[str, Any]) -> bool:
 
 def launch_elastic(command: Sequence[str], settings: Settings, params: Mapping[str, Any],
                    environ: Mapping[str, str], *, stdout: TextIO, stderr: TextIO) -> int:
-    from gcurun.cli.job import use_color
+    from gcurun.cli.job import job_logs, use_color
     from gcurun.launch.elastic.config import make_config
     from gcurun.launch.elastic.discovery import DiscoveryError, check_fixed_hosts
     from gcurun.launch.elastic.runner import (
@@ -81,6 +82,9 @@ def launch_elastic(command: Sequence[str], settings: Settings, params: Mapping[s
                      f"reset_limit={config.reset_limit} cooldown={config.cooldown} "
                      f"liveness_timeout={liveness or DEFAULT_LIVENESS:g}\n")
         return 0
+    if settings.output_dir is not None:
+        settings = dataclasses.replace(settings, output_dir=job_logs(settings.output_dir,
+                                                                      stderr))
     sink = OutputSink(stdout, stderr, color=use_color(params.get("color", "auto"), stdout,
                                                       environ),
                       show_ranks=settings.show_ranks, output_dir=settings.output_dir)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from gcurun.config.api import Settings
 from gcurun.errors import JobInterrupted, UsageError
-from gcurun.launch.api import LaunchPlan
+from gcurun.launch.api import STOP_SIGNALS, LaunchPlan
 
 if TYPE_CHECKING:
     from gcurun.launch.prepare import PreparedJob
@@ -19,17 +19,17 @@ if TYPE_CHECKING:
 
 def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, Any],
            environ: Mapping[str, str], *, stdout: TextIO, stderr: TextIO) -> int:
-    """Resolve settings, prepare the job, then print it (--dry-run) or run it. SIGINT or
-    SIGTERM before the ranks run (during the SSH preflight, say) ends it as one during
-    the run does: JobInterrupted, exit 128+N."""
+    """Resolve settings, prepare the job, then print it (--dry-run) or run it. SIGINT,
+    SIGTERM or SIGHUP before the ranks run (during the SSH preflight, say) ends it as one
+    during the run does: JobInterrupted, exit 128+N."""
     with interrupts_raise():
         return _launch(command, cli, params, environ, stdout=stdout, stderr=stderr)
 
 
 @contextlib.contextmanager
 def interrupts_raise() -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM raise JobInterrupted in the main thread (the run
-    itself turns them into events of its own while it supervises the ranks)."""
+    """While inside, SIGINT, SIGTERM and SIGHUP raise JobInterrupted in the main thread
+    (the run itself turns them into events of its own while it supervises the ranks)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -38,7 +38,7 @@ def interrupts_raise() -> Iterator[None]:
         raise JobInterrupted(signum, signal.Signals(signum).name)
 
     previous = {signum: signal.signal(signum, interrupted)
-                for signum in (signal.SIGINT, signal.SIGTERM)}
+                for signum in STOP_SIGNALS}
     try:
         yield
     finally:
@@ -88,12 +88,24 @@ def _launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str,
 
         sink = OutputSink(stdout, stderr, color=use_color(params.get("color", "auto"), stdout,
                                                           environ),
-                          show_ranks=settings.show_ranks, output_dir=settings.output_dir)
+                          show_ranks=settings.show_ranks,
+                          output_dir=job_logs(settings.output_dir, stderr))
         from gcurun.cli.sshlog import warnings_of
 
         with ssh_reports(stderr), warnings_of("gcurun.rendezvous", stderr):
             execute(job, sink)
     return 0
+
+
+def job_logs(output_dir: str | None, stderr: TextIO) -> str | None:
+    """This job's own log directory under ``--output-dir`` (said on ``stderr``), or None."""
+    if output_dir is None:
+        return None
+    from gcurun.launch.supervision.output import job_log_directory
+
+    directory = job_log_directory(output_dir)
+    stderr.write(f"gcurun: logs of this job go to {directory}\n")
+    return directory
 
 
 def check_flags(params: Mapping[str, Any], settings: Settings) -> None:

@@ -206,9 +206,41 @@ def report_error(exc: GcurunError, err: TextIO | None = None) -> None:
             lines.append(f"  last lines of rank {f.rank}'s stderr:")
             lines.extend(f"    {line}" for line in f.stderr_tail)
         lines.append(f"gcurun: exit code {exc.exit_code}")
-        err.write("\n".join(lines) + "\n")
+        write_within(err, "\n".join(lines) + "\n")
     elif isinstance(exc, JobInterrupted):
-        err.write(f"gcurun: {exc}\n")
+        write_within(err, f"gcurun: {exc}\n")
     else:
-        err.write(f"gcurun: error: {exc}\n")
-    err.flush()
+        write_within(err, f"gcurun: error: {exc}\n")
+
+
+# gcurun's last words wait this long for a console that does not read (a full pipe).
+LAST_WORDS_SECONDS = 2.0
+
+
+def write_within(stream: TextIO, text: str, seconds: float = LAST_WORDS_SECONDS) -> None:
+    """Write ``text`` to ``stream``, giving up after ``seconds`` when nobody reads it: a
+    console that does not read must not keep gcurun alive after its job ended."""
+    import os
+    import threading
+
+    try:
+        fd = stream.fileno()
+        stream.flush()
+    except (AttributeError, OSError, ValueError):
+        stream.write(text)
+        stream.flush()
+        return
+    data = memoryview(text.encode(getattr(stream, "encoding", None) or "utf-8",
+                                  errors="replace"))
+
+    def write() -> None:
+        nonlocal data
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError:
+            pass
+
+    writer = threading.Thread(target=write, daemon=True, name="last-words")
+    writer.start()
+    writer.join(seconds)

@@ -9,6 +9,7 @@ on one queue that the supervisor drains in one loop.
 from __future__ import annotations
 
 import queue
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Union
@@ -106,6 +107,9 @@ class ExecutorErrorEvent:
 
 
 Event = Union[OutputEvent, ExitEvent, ExecutorErrorEvent]
+
+# Signals that make gcurun stop every rank and exit 128+N (a closed terminal's SIGHUP too).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class RankGroup(Protocol):

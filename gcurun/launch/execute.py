@@ -13,11 +13,16 @@ from typing import Protocol, TypeVar
 
 from gcurun.config.api import Settings
 from gcurun.errors import LaunchError
-from gcurun.launch.api import Event, LaunchPlan, RankGroup
+from gcurun.launch.api import STOP_SIGNALS, Event, LaunchPlan, RankGroup
 from gcurun.launch.prepare import PreparedJob, prepare_plan
 from gcurun.launch.remote.rank_env import ANY_ADDRESS, RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.launch.supervision.output import OutputSink
-from gcurun.launch.supervision.supervise import InterruptEvent, stop_groups, supervise
+from gcurun.launch.supervision.supervise import (
+    EventQueue,
+    InterruptEvent,
+    stop_groups,
+    supervise,
+)
 
 
 class _Startable(Protocol):
@@ -50,7 +55,7 @@ def group_factory(launcher: str) -> GroupFactory:
 
 @contextlib.contextmanager
 def signals_to(events: queue.Queue[Event | InterruptEvent]) -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM become events on ``events`` (main thread only).
+    """While inside, SIGINT, SIGTERM and SIGHUP become events on ``events`` (main thread only).
 
     A handler runs in the main thread between two bytecodes, possibly while that thread
     holds ``events``' lock inside ``events.get()``: putting on ``events`` there would wait
@@ -71,7 +76,7 @@ def signals_to(events: queue.Queue[Event | InterruptEvent]) -> Iterator[None]:
     mover = threading.Thread(target=relay, daemon=True, name="signals")
     mover.start()
     previous = {signum: signal.signal(signum, handler)
-                for signum in (signal.SIGINT, signal.SIGTERM)}
+                for signum in STOP_SIGNALS}
     try:
         yield
     finally:
@@ -165,7 +170,7 @@ def run_job(plan: LaunchPlan, settings: Settings, sink: OutputSink,
 
 
 def _run_groups(job: PreparedJob, sink: OutputSink, secrets: Mapping[str, str]) -> None:
-    events: queue.Queue[Event | InterruptEvent] = queue.Queue()
+    events: queue.Queue[Event | InterruptEvent] = EventQueue()
     groups = group_factory(job.plan.launcher)(job, secrets)
     grace = job.settings.grace_seconds
     with signals_to(events):

@@ -137,7 +137,7 @@ def _run(payload: bytes, python: str, settings: Settings, verbose: bool) -> list
     from gcurun.launch.prepare import prepare
     from gcurun.launch.remote import run_function as rank_side
     from gcurun.launch.remote.rank_env import ANY_ADDRESS
-    from gcurun.launch.supervision.output import OutputSink
+    from gcurun.launch.supervision.output import OutputSink, job_log_directory
     from gcurun.rendezvous.wire import new_secret
 
     with prepare([python, "-m", rank_side.__name__], settings) as job:
@@ -158,7 +158,8 @@ def _run(payload: bytes, python: str, settings: Settings, verbose: bool) -> list
             addresses = launcher_addresses(plan.launcher, service.port, ANY_ADDRESS)
         try:
             sink = OutputSink(sys.stdout, sys.stderr, show_ranks=settings.show_ranks,
-                              output_dir=settings.output_dir)
+                              output_dir=settings.output_dir and
+                              job_log_directory(settings.output_dir))
             try:
                 execute(job, sink, {rank_side.ADDRESS_VARIABLE: addresses,
                                     rank_side.SECRET_VARIABLE: secret.hex()})

@@ -88,7 +88,7 @@ def test_show_ranks_and_output_dir(tmp_path):
                      sys.executable, WORKER, str(tmp_path), "--linger", "0")
     assert res.returncode == 0, res.stderr
     assert res.stdout == "[1] rank 1 of 2 ready\n"
-    assert (logs / "rank-0.stdout.log").read_text() == "rank 0 of 2 ready\n"
+    assert (logs / "latest" / "rank-0.stdout.log").read_text() == "rank 0 of 2 ready\n"
 
 
 def test_failing_rank_sets_exit_code_and_reports_root_cause(tmp_path):
@@ -110,7 +110,8 @@ def test_rank_killed_by_signal_gives_128_plus_n(tmp_path):
     assert "rank 1 on localhost was killed by SIGKILL" in res.stderr
 
 
-@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                         (signal.SIGHUP, 129)])
 def test_signal_to_gcurun_stops_every_rank(tmp_path, signum, code):
     import os
 

@@ -103,7 +103,7 @@ class Job:
         return found
 
     def events(self) -> list[dict]:
-        text = (self.out_dir / "elastic-events.jsonl").read_text()
+        text = (self.out_dir / "latest" / "elastic-events.jsonl").read_text()
         return [json.loads(line) for line in text.splitlines()]
 
 

@@ -33,7 +33,7 @@ def finals(out: str) -> list[dict]:
 
 
 def events(directory: Path) -> list[dict]:
-    text = (directory / "elastic-events.jsonl").read_text()
+    text = (directory / "latest" / "elastic-events.jsonl").read_text()
     return [json.loads(line) for line in text.splitlines()]
 
 

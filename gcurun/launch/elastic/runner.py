@@ -37,7 +37,12 @@ from gcurun.launch.remote.rank_env import (
     rank_environment,
 )
 from gcurun.launch.supervision.output import OutputSink
-from gcurun.launch.supervision.supervise import InterruptEvent, stop_groups
+from gcurun.launch.supervision.supervise import (
+    EventQueue,
+    InterruptEvent,
+    finish_output,
+    stop_groups,
+)
 
 EXIT_REPORT_SLACK = 10.0
 TICK_SECONDS = 0.2
@@ -73,12 +78,13 @@ class ElasticRunner:
         self.stderr = stderr
         self.liveness = liveness
         self.clock = clock
-        self.events: queue.Queue[Any] = queue.Queue()
+        self.events: EventQueue = EventQueue()
         self.driver = ElasticDriver(config, now=clock())
         self.specs: dict[str, HostSpec] = {}
         self.groups: dict[str, list[RankGroup]] = {}
         self.stoppers: list[threading.Thread] = []
         self._stop = threading.Event()
+        self._interrupted = False
         self._log = open(event_log, "a", encoding="utf-8") if event_log else None  # noqa: SIM115
         self._started = clock()
         self._wall = time.time()
@@ -110,7 +116,7 @@ class ElasticRunner:
             self._stop.set()
             self._stop_everything()
             self._server.close()
-            self.sink.finish_all()
+            finish_output(self.sink, self.events, interrupted=self._interrupted)
             if self._log is not None:
                 self._log.close()
         if outcome.code != 0:
@@ -145,6 +151,7 @@ class ElasticRunner:
             return ev.WorkerExited(now, item.ranks[0], 255, None, item.message) \
                 if item.ranks else None
         if isinstance(item, InterruptEvent):
+            self._interrupted = True
             return ev.Interrupt(now, item.signum)
         kind = item[0]
         if kind == "discovered":
@@ -266,6 +273,7 @@ class ElasticRunner:
         return groups[0]
 
     def _stop_everything(self) -> None:
+        self.events.unbound()    # the loop is over: no reader waits for it any more
         groups = [g for gs in self.groups.values() for g in gs]
         self.stoppers += stop_groups(groups, self.settings.grace_seconds)
         deadline = time.monotonic() + self.settings.grace_seconds + EXIT_REPORT_SLACK

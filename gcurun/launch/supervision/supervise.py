@@ -2,7 +2,9 @@
 
 :class:`JobState` decides (pure, driven by events); :func:`supervise` performs: it writes
 output, stops every group on the first failure or on a signal, and waits for the ranks
-with a deadline.
+with a deadline. Nothing in the loop waits for the console (see
+:mod:`gcurun.launch.supervision.console`), so a signal is acted on at once whatever the
+console does, and the queue holds a bounded amount of output (:class:`EventQueue`).
 """
 
 from __future__ import annotations
@@ -15,19 +17,66 @@ from dataclasses import dataclass
 
 from gcurun.errors import JobInterrupted, RankFailure, RanksFailedError
 from gcurun.launch.api import Event, ExecutorErrorEvent, ExitEvent, OutputEvent, RankGroup
-from gcurun.launch.supervision.output import OutputSink
+from gcurun.launch.supervision.output import (
+    CONSOLE_PATIENCE,
+    CONSOLE_PATIENCE_INTERRUPTED,
+    OutputSink,
+)
 
 # After the groups were told to stop, ranks get their grace period plus this long to
 # report their exit before they are declared lost.
 EXIT_REPORT_SLACK = 10.0
+# Rank output waiting in the event queue beyond this makes the executors' readers wait
+# for the loop to catch up (the loop never waits for the console, so it always does).
+OUTPUT_QUEUE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class InterruptEvent:
-    """gcurun itself received SIGINT or SIGTERM."""
+    """gcurun itself received SIGINT, SIGTERM or SIGHUP."""
 
     signum: int
     name: str
+
+
+class EventQueue(queue.Queue):  # type: ignore[type-arg]
+    """The job's one event queue, holding at most ``output_limit`` bytes of rank output.
+
+    A reader putting output beyond that waits until the loop has taken some (so the
+    ranks' pipes fill and the ranks wait, as on a slow terminal, only while the launcher
+    itself is behind); any other event never waits, and neither does an output event
+    put into an empty queue. After :meth:`unbound`, nothing waits.
+    """
+
+    def __init__(self, output_limit: int = OUTPUT_QUEUE_BYTES) -> None:
+        super().__init__()
+        self._limit = output_limit
+        self._output = 0
+        self._unbounded = False
+        self._room = threading.Condition(self.mutex)
+
+    def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+        size = len(item.data) if isinstance(item, OutputEvent) else 0
+        if size:
+            with self._room:
+                while self._output and self._output + size > self._limit and \
+                        not self._unbounded:
+                    self._room.wait()
+                self._output += size
+        super().put(item, block, timeout)
+
+    def _get(self) -> object:
+        item = super()._get()
+        if isinstance(item, OutputEvent) and item.data:
+            self._output -= len(item.data)
+            self._room.notify_all()
+        return item
+
+    def unbound(self) -> None:
+        """No put waits from now on (the loop will not take output any more)."""
+        with self._room:
+            self._unbounded = True
+            self._room.notify_all()
 
 
 class JobState:
@@ -135,11 +184,32 @@ def supervise(
             stoppers = stop_groups(groups, grace_seconds)
             deadline = clock() + grace_seconds + EXIT_REPORT_SLACK
     _drain_output(events, sink)
+    if isinstance(events, EventQueue):
+        events.unbound()
     stoppers += stop_groups(groups, grace_seconds)
     for t in stoppers:
         t.join(grace_seconds + EXIT_REPORT_SLACK)
-    sink.finish_all()
+    finish_output(sink, events, interrupted=state.interrupt is not None)
     state.outcome()
+
+
+def finish_output(sink: OutputSink, events: queue.Queue[Event | InterruptEvent], *,
+                  interrupted: bool) -> None:
+    """Give the console what is left, for a while: not long after a signal, and no
+    longer once one arrives (a signal stops gcurun at once whatever the console does)."""
+    def signalled() -> bool:
+        while True:
+            try:
+                if isinstance(events.get_nowait(), InterruptEvent):
+                    return True
+            except queue.Empty:
+                return False
+
+    if interrupted:
+        sink.finish_all(CONSOLE_PATIENCE_INTERRUPTED, signalled,
+                        at_most=CONSOLE_PATIENCE_INTERRUPTED)
+    else:
+        sink.finish_all(CONSOLE_PATIENCE, signalled)
 
 
 def _apply(state: JobState, event: Event | InterruptEvent, sink: OutputSink) -> bool:

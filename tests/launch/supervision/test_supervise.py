@@ -11,7 +11,7 @@ import pytest
 from gcurun.errors import JobInterrupted, RanksFailedError
 from gcurun.launch.api import ExecutorErrorEvent, ExitEvent, OutputEvent
 from gcurun.launch.supervision.output import OutputSink
-from gcurun.launch.supervision.supervise import InterruptEvent, supervise
+from gcurun.launch.supervision.supervise import EventQueue, InterruptEvent, supervise
 
 
 class FakeGroup:
@@ -123,3 +123,35 @@ def test_second_interrupt_skips_the_grace_period():
     with pytest.raises(JobInterrupted):
         run(events, group, {0: "a"}, grace=30.0)
     assert 30.0 in group.terminated and 0 in group.terminated
+
+
+def test_the_event_queue_holds_a_bounded_amount_of_output():
+    import threading
+
+    events = EventQueue(output_limit=10)
+    events.put(OutputEvent(0, "stdout", b"x" * 8))
+    events.put(OutputEvent(0, "stdout", b""))           # the end of a stream: no bytes
+    put = threading.Event()
+
+    def reader() -> None:
+        events.put(OutputEvent(1, "stdout", b"y" * 8))   # would hold 16 > 10 bytes
+        put.set()
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    events.put(ExitEvent(0, 0))                          # other events never wait
+    events.put(InterruptEvent(signal.SIGTERM, "SIGTERM"))
+    assert not put.wait(0.5)
+    assert events.get_nowait().data == b"x" * 8
+    assert put.wait(10)
+    t.join(10)
+    events.unbound()
+    events.put(OutputEvent(2, "stdout", b"z" * 100))     # unbound: nothing waits
+    assert [type(events.get_nowait()).__name__ for _ in range(5)] == [
+        "OutputEvent", "ExitEvent", "InterruptEvent", "OutputEvent", "OutputEvent"]
+
+
+def test_an_output_event_larger_than_the_limit_passes_an_empty_queue():
+    events = EventQueue(output_limit=10)
+    events.put(OutputEvent(0, "stdout", b"x" * 100))
+    assert events.get_nowait().data == b"x" * 100
