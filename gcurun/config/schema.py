@@ -150,6 +150,7 @@ KEYS: tuple[Key, ...] = (
     Key("output_dir", "str", nullable=True),
     Key("show_ranks", "ranks", nullable=True, in_profile=False, in_environ=False),
     Key("grace_seconds", "float", low=0, high=DAY_SECONDS),
+    Key("liveness_timeout", "float", low=0, high=DAY_SECONDS, above=True),
     Key("workdir", "str", nullable=True),
     Key("master_addr", "str", nullable=True, in_profile=False, in_environ=False),
     Key("master_port", "int", low=1, high=65535, nullable=True, in_profile=False,

@@ -36,6 +36,8 @@ def gcurun(capsys, *args: str, env: dict[str, str] | None = None) -> tuple[int, 
     ("--ssh-port", "0", "an integer from 1 to 65535"),
     ("--ssh-port", "99999", "an integer from 1 to 65535"),
     ("--ssh-timeout", "0", "a number above 0 and at most 86400"),
+    ("--liveness-timeout", "0", "a number above 0 and at most 86400"),
+    ("--liveness-timeout", "-3", "a number above 0 and at most 86400"),
     ("-np", "0", "an integer from 1 to 1048576"),
 ])
 def test_a_number_out_of_range_on_the_command_line(capsys, option, value, rule):
@@ -51,6 +53,7 @@ def test_a_number_out_of_range_on_the_command_line(capsys, option, value, rule):
     ("GCURUN_SSH_PORT", "0", "an integer from 1 to 65535"),
     ("GCURUN_SSH_TIMEOUT", "0", "a number above 0 and at most 86400"),
     ("GCURUN_CYCLE_TIME_MS", "-3", "a number above 0 and at most 60000"),
+    ("GCURUN_LIVENESS_TIMEOUT", "0", "a number above 0 and at most 86400"),
 ])
 def test_the_same_bounds_for_environment_variables(capsys, variable, value, rule):
     code, err = gcurun(capsys, "-np", "1", "true", env={variable: value})
@@ -63,6 +66,8 @@ def test_the_same_bounds_for_environment_variables(capsys, variable, value, rule
     ("grace_seconds: .nan", "grace_seconds: expected a number, got '.nan'"),
     ("ssh:\n  port: 0", "ssh.port: expected an integer from 1 to 65535, got '0'"),
     ("ssh:\n  timeout: 0", "ssh.timeout: expected a number above 0 and at most 86400, got '0'"),
+    ("liveness_timeout: 0",
+     "liveness_timeout: expected a number above 0 and at most 86400, got '0'"),
     ("runtime:\n  cycle_time_ms: -3",
      "runtime.cycle_time_ms: expected a number above 0 and at most 60000, got '-3'"),
 ])
