@@ -11,9 +11,7 @@ from gcurun.errors import UsageError
 
 ELASTIC_ONLY = (("max_np", "--max-np"), ("slots", "--slots"),
                 ("reset_limit", "--reset-limit"), ("elastic_timeout", "--elastic-timeout"),
-                ("blacklist_cooldown_range", "--blacklist-cooldown-range"),
-                ("liveness_timeout", "--liveness-timeout"))
-DEFAULT_LIVENESS = 10.0
+                ("blacklist_cooldown_range", "--blacklist-cooldown-range"))
 
 
 def is_elastic(params: Mapping[str, Any]) -> bool:
@@ -56,9 +54,7 @@ def launch_elastic(command: Sequence[str], settings: Settings, params: Mapping[s
                          elastic_timeout=params.get("elastic_timeout"),
                          reset_limit=params.get("reset_limit"),
                          cooldown=tuple(cooldown) if cooldown else None)
-    liveness = params.get("liveness_timeout")
-    if liveness is not None and liveness <= 0:
-        raise UsageError(f"--liveness-timeout {liveness:g}: give a positive number of seconds")
+    liveness = settings.liveness_timeout
     script = params.get("host_discovery_script")
     if script:
         if settings.hosts is not None:
@@ -80,7 +76,7 @@ def launch_elastic(command: Sequence[str], settings: Settings, params: Mapping[s
                      + f"\n  min_np={config.min_np} max_np={config.max_np} "
                      f"start_np={config.first_np} elastic_timeout={config.elastic_timeout:g} "
                      f"reset_limit={config.reset_limit} cooldown={config.cooldown} "
-                     f"liveness_timeout={liveness or DEFAULT_LIVENESS:g}\n")
+                     f"liveness_timeout={liveness:g}\n")
         return 0
     if settings.output_dir is not None:
         settings = dataclasses.replace(settings, output_dir=job_logs(settings.output_dir,
@@ -89,7 +85,7 @@ def launch_elastic(command: Sequence[str], settings: Settings, params: Mapping[s
                                                       environ),
                       show_ranks=settings.show_ranks, output_dir=settings.output_dir)
     runner = ElasticRunner(command, settings, config, discover, sink, stderr=stderr,
-                           liveness=liveness or DEFAULT_LIVENESS,
+                           liveness=liveness,
                            event_log=event_log_path(settings))
     runner.run()
     return 0

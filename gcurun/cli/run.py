@@ -21,6 +21,7 @@ SETTING_KEYS = {
     "launcher": "launcher", "bind_to": "bind_to", "map_by": "map_by",
     "report_bindings": "report_bindings", "output_dir": "output_dir",
     "grace_seconds": "grace_seconds", "workdir": "workdir",
+    "liveness_timeout": "liveness_timeout",
     "master_addr": "master_addr", "master_port": "master_port", "env_forward": "env_forward",
     "ssh_user": "ssh.user", "ssh_port": "ssh.port", "ssh_identity_file": "ssh.identity_file",
     "host_key_policy": "ssh.host_key_policy", "python": "ssh.python",
@@ -76,6 +77,9 @@ def _options(func):
                      help="Working directory of the ranks (default: this one)."),
         click.option("--grace-seconds", type=float, metavar="S",
                      help="SIGTERM-to-SIGKILL grace when stopping ranks (default 10)."),
+        click.option("--liveness-timeout", type=float, metavar="S",
+                     help="Seconds of silence after which an SSH host (or an elastic "
+                          "worker's connection) counts as lost (default 10)."),
         click.option("--master-addr", metavar="ADDR",
                      help="MASTER_ADDR for torch (default: rank 0's host)."),
         click.option("--master-port", type=int, metavar="PORT",
@@ -134,9 +138,6 @@ def _options(func):
         click.option("--blacklist-cooldown-range", type=(int, int), metavar="MIN MAX",
                      help="Elastic: a failed host may come back after a cooldown between "
                           "MIN and MAX seconds (default: never)."),
-        click.option("--liveness-timeout", type=float, metavar="S",
-                     help="Elastic: seconds a silent connection may last before it "
-                          "counts as broken (default 10)."),
         click.option("--hierarchical-allreduce/--no-hierarchical-allreduce", default=None,
                      help="Two-level allreduce (shared memory in a host, rings across "
                           "hosts) always / never (default: when faster)."),

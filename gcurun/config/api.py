@@ -84,6 +84,7 @@ class Settings:
     output_dir: str | None = None
     show_ranks: tuple[int, ...] | None = None   # console filter; None = every rank
     grace_seconds: float = 10.0
+    liveness_timeout: float = 10.0              # silence that counts a host's link as lost
     workdir: str | None = None
     master_addr: str | None = None              # torch's MASTER_ADDR; None = rank 0's host
     master_port: int | None = None              # torch's MASTER_PORT; None = a free port

@@ -37,7 +37,8 @@ from gcurun.config.schema import HOST_KEYS, KEYS, SECTIONS, Key
 from gcurun.errors import HostSpecError, ProfileError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.hostfile import TooLarge, read_limited
-from gcurun.hosts.item import canonical_host
+from gcurun.hosts.hostlist import Problem
+from gcurun.hosts.item import canonical_host, check_host_name, check_user_name
 from gcurun.hosts.specs import parse_host_specs
 
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -230,6 +231,13 @@ class _Reader:
             self.wrong(key, path, node)
         return str(node.value)
 
+    def to_user(self, key: Key, path: str, node: Node) -> str:
+        text = self.to_text(key, path, node)
+        try:
+            return check_user_name(text)
+        except Problem as exc:
+            self.fail(node, path, str(exc))
+
     def to_path(self, key: Key, path: str, node: Node) -> str:
         text = self.to_text(key, path, node)
         if os.path.isabs(text) or text.startswith("~"):
@@ -343,16 +351,18 @@ class _Reader:
         return HostSpec(name=name, **given)
 
     def host_name(self, text: str, path: str, node: Node) -> str:
-        if text.startswith("[") and text.endswith("]"):
-            text = text[1:-1]                   # a bracketed IPv6 address
-        bad = next((c for c in text if c.isspace() or c in "@,[]"), None)
-        if bad is not None or not text:
-            self.fail(node, path, f"'{text}' is not a host name; give one name or address "
-                      "(ranges like node[1-4] are for the 'node1:8' string form)")
-        if text.count(":") == 1:
+        """One host's name, by the rules of ``-H`` (the same messages, quoting it)."""
+        if text.count(":") == 1 and not text.startswith("["):
             self.fail(node, path, f"'{text}' is not a host name; give the slots as "
                       "'slots: N', not after a colon")
-        return text
+        bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+        if any(c in bare for c in "@,[]"):
+            self.fail(node, path, f"'{text}' is not a host name; give one name or address "
+                      "(ranges like node[1-4] are for the 'node1:8' string form)")
+        try:
+            return check_host_name(text)
+        except Problem as exc:
+            self.fail(node, path, f"host name '{text}': {exc}")
 
 
 _EMPTY: dict[str, Any] = {"env": {}, "names": (), "args": ()}
@@ -362,6 +372,7 @@ _CONVERTERS: dict[str, Callable[[_Reader, Key, str, Node], Any]] = {
     "float": _Reader.to_float,
     "bool": _Reader.to_bool,
     "str": _Reader.to_text,
+    "user": _Reader.to_user,
     "path": _Reader.to_path,
     "choice": _Reader.to_choice,
     "devices": _Reader.to_words,

@@ -29,6 +29,8 @@ from gcurun.config.schema import KEYS, KEYS_BY_PATH, MAX_FUSION_MB, Key
 from gcurun.errors import HostSpecError, UsageError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.hostfile import read_hostfile as _read_hostfile
+from gcurun.hosts.hostlist import Problem
+from gcurun.hosts.item import check_user_name
 from gcurun.hosts.specs import parse_host_specs
 
 if TYPE_CHECKING:  # the profile module imports yaml; runs without a profile skip it
@@ -215,6 +217,9 @@ def _parse_variable(variable: str, text: str, key: Key) -> Any:
         value = _ENV_PARSERS[key.kind](text.strip(), key)
     except HostSpecError as exc:
         raise UsageError(f"{variable}={text!r}: {exc}") from None
+    except Problem as exc:
+        raise UsageError(f"{variable}={text!r}: {exc}; fix the value or unset {variable}") \
+            from None
     except ValueError:
         raise UsageError(f"{variable}={text!r}: expected {key.expected()}; fix the value or "
                          f"unset {variable}") from None
@@ -256,6 +261,7 @@ _ENV_PARSERS: dict[str, Callable[[str, Key], Any]] = {
     "float": _env_float,
     "bool": _env_bool,
     "str": lambda text, key: text,
+    "user": lambda text, key: check_user_name(text),
     "path": lambda text, key: text,
     "choice": _env_choice,
     "devices": _env_words,
@@ -272,6 +278,7 @@ def _normalise_cli(cli: Mapping[str, Any]) -> dict[str, Any]:
     values = dict(cli)
     for path, value in values.items():
         _check_cli_number(KEYS_BY_PATH[path], value)
+        _check_cli_user(KEYS_BY_PATH[path], value)
     for path in ("hosts", "devices", "forward_env", "show_ranks"):
         if values.get(path) is not None:
             values[path] = tuple(values[path])
@@ -286,6 +293,17 @@ def _normalise_cli(cli: Mapping[str, Any]) -> dict[str, Any]:
     if "hosts" in values and "hostfile" in values:
         raise UsageError("hosts (-H) and a hostfile (--hostfile) were both given; give one")
     return values
+
+
+def _check_cli_user(key: Key, value: Any) -> None:
+    """Refuse a user name given on the command line that ``-H``'s USER@HOST would refuse,
+    quoting the option and the value."""
+    if key.kind != "user" or value is None:
+        return
+    try:
+        check_user_name(str(value))
+    except Problem as exc:
+        raise UsageError(f"{key.option} '{value}': {exc}") from None
 
 
 def _check_cli_number(key: Key, value: Any) -> None:

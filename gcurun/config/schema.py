@@ -18,6 +18,7 @@ Kind = Literal[
     "float",    # any number
     "bool",     # true or false
     "str",      # text
+    "user",     # a user name, by the rules of -H's USER@HOST
     "path",     # text naming a file; relative to the profile's folder when given in one
     "choice",   # one of Key.choices
     "devices",  # a list of device ids, kept as strings
@@ -116,6 +117,7 @@ _NOUNS: dict[str, str] = {
     "float": "a number",
     "bool": "true or false",
     "str": "a string",
+    "user": "a user name",
     "path": "a file path",
     "devices": "a list of device ids",
     "names": "a list of environment variable names",
@@ -151,11 +153,12 @@ KEYS: tuple[Key, ...] = (
     Key("output_dir", "str", nullable=True),
     Key("show_ranks", "ranks", nullable=True, in_profile=False, in_environ=False),
     Key("grace_seconds", "float", low=0, high=DAY_SECONDS),
+    Key("liveness_timeout", "float", low=0, high=DAY_SECONDS, above=True),
     Key("workdir", "str", nullable=True),
     Key("master_addr", "str", nullable=True, in_profile=False, in_environ=False),
     Key("master_port", "int", low=1, high=65535, nullable=True, in_profile=False,
         in_environ=False),
-    Key("ssh.user", "str", nullable=True),
+    Key("ssh.user", "user", nullable=True),
     Key("ssh.port", "int", low=1, high=65535, nullable=True),
     Key("ssh.identity_file", "path", nullable=True),
     Key("ssh.host_key_policy", "choice", choices=_choices(HostKeyPolicy)),
@@ -186,7 +189,7 @@ HOST_KEYS: dict[str, Key] = {
         Key("name", "str"),
         Key("slots", "int", low=1, high=MAX_RANKS),
         Key("devices", "devices"),
-        Key("user", "str"),
+        Key("user", "user"),
         Key("port", "int", low=1, high=65535),
         Key("python", "str"),
         Key("max_slots", "int", low=1, high=MAX_RANKS),

@@ -49,6 +49,30 @@ def parse_item(text: str) -> HostItem:
     return HostItem(tuple(expand_name(name)), user, slots)
 
 
+def check_user_name(user: str) -> str:
+    """``user`` if it is a user name as ``USER@HOST`` accepts it (letters, digits, '.',
+    '_' and '-', not first); raises :class:`Problem` saying the rule otherwise."""
+    if not _USER.fullmatch(user):
+        raise Problem(f"'{user}' is not a user name; a user name holds letters, digits, "
+                      "'.', '_' and '-' and does not start with '-'")
+    return user
+
+
+def check_host_name(name: str) -> str:
+    """``name`` if it is one host as ``-H`` accepts it (a name, an IPv4 address, or an
+    IPv6 address, bare or in brackets; no ranges), the IPv6 address without brackets;
+    raises :class:`Problem` with the rule it breaks otherwise."""
+    if _is_ipv6_literal(name):
+        return _parse_ipv6(name)
+    if name.count(":") > 1:
+        return _parse_ipv6(f"[{name}]")
+    if "[" in name or "]" in name:
+        raise Problem("'[' and ']' cannot appear in one host's name; give one name or "
+                      "address (ranges like node[1-4] are for the 'node1:8' string form)")
+    (host,) = expand_name(name)
+    return host
+
+
 def parse_count(text: str, key: str, example: str) -> int:
     """Parse a positive whole number given for ``key``; ``example`` shows the fix (``a:N``).
 
@@ -103,9 +127,7 @@ def _split_user(text: str) -> tuple[str | None, str]:
         raise Problem("more than one '@'; write USER@HOST")
     if not user:
         raise Problem("no user name before '@'; write USER@HOST, or leave out '@'")
-    if not _USER.fullmatch(user):
-        raise Problem(f"'{user}' is not a user name; a user name holds letters, digits, "
-                      "'.', '_' and '-' and does not start with '-'")
+    check_user_name(user)
     if not host:
         raise Problem("no host after '@'; write USER@HOST")
     return user, host

@@ -5,8 +5,9 @@ Two executors use it: the ranks of each SSH host (:mod:`gcurun.launch.ssh.rank_g
 and the ranks of this host (:mod:`gcurun.launch.local_group`), whose bootstrap runs over
 pipes. Either way a stop is one ``terminate`` message, and a launcher that dies closes the
 channel, on which the bootstrap stops every rank. A channel that goes silent instead (a
-cut link) is covered by :meth:`BootstrapGroup.keep_alive`: pings from here, and a
-bootstrap that fences itself when they stop.
+cut link) is covered by :meth:`BootstrapGroup.keep_alive`: pings from here, which the
+bootstrap answers; a bootstrap that hears none fences itself, and this end gives the
+host up when its pings go unanswered.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -115,6 +117,9 @@ class BootstrapGroup:
         self._all_sent = False
         self._error: str | None = None
         self._fence_after: float | None = None
+        self._liveness: float | None = None   # seconds of silence that lose the channel
+        self._listening_since: float | None = None   # the reader waits for bytes since
+        self._unanswered_since: float | None = None  # the first ping not answered yet
         self.leftover = b""                   # frames that came with the hello line
 
     # -- the RankGroup protocol -------------------------------------------------------------
@@ -141,10 +146,14 @@ class BootstrapGroup:
     def keep_alive(self, liveness: float) -> None:
         """Before :meth:`start`: ping the bootstrap every second, and have it fence itself
         (stop its ranks and exit) after ``liveness`` + FENCE_SLACK seconds without a word
-        from this launcher. Subclasses also make the kernel report the channel broken after
-        ``liveness`` seconds of silence (:meth:`_watch_liveness`)."""
+        from this launcher. The bootstrap answers each ping; when none is answered for
+        ``liveness`` seconds while this end waits for its bytes, the channel is closed and
+        its ranks reported lost ("no word from HOST"). Subclasses also make the kernel
+        report the channel broken a little later (:meth:`_watch_liveness`)."""
+        self._liveness = liveness
         self._fence_after = liveness + FENCE_SLACK
-        self._watch_liveness(liveness)
+        # The kernel's deadline is the backstop of the pings' (which name the cause).
+        self._watch_liveness(liveness + FENCE_SLACK)
 
     def terminate(self, grace_seconds: float) -> None:
         with self._lock:
@@ -227,11 +236,29 @@ class BootstrapGroup:
         self._all_sent = True
 
     def _ping(self, reader: threading.Thread) -> None:
-        """Say "still here" every PING_SECONDS while the bootstrap's frames come."""
+        """Say "still here" every PING_SECONDS while the bootstrap's frames come; give the
+        channel up when the bootstrap has not answered for the liveness timeout. Only
+        time this end spent waiting for bytes counts: a launcher too busy to read (a
+        blocked console) loses no host."""
         while reader.is_alive():
             reader.join(PING_SECONDS)
-            if reader.is_alive():
-                self._send_message({"op": "ping"})   # a dead channel ends the reader too
+            if not reader.is_alive():
+                return
+            if self._unheard_for() > (self._liveness or float("inf")):
+                self._error = self._error or (
+                    f"no word from {self.host} for {self._liveness:g} s (--liveness-timeout): "
+                    "its link is cut, or it is down or stopped")
+                self._close()   # the reader sees the end and reports the ranks lost
+                return
+            if self._send_message({"op": "ping"}) and self._unanswered_since is None:
+                self._unanswered_since = time.monotonic()
+
+    def _unheard_for(self) -> float:
+        """How long pings have gone unanswered while the reader waited for bytes."""
+        since, asked = self._listening_since, self._unanswered_since
+        if since is None or asked is None:
+            return 0.0
+        return time.monotonic() - max(since, asked)
 
     def _read(self, events: queue.Queue[Event]) -> None:
         frames = FrameReader()
@@ -241,7 +268,9 @@ class BootstrapGroup:
                 for kind, rank, payload in frames.feed(data):
                     self._on_frame(kind, rank, payload, events)
                 self._after_frames()
+                self._listening_since = time.monotonic()
                 data = self._recv()
+                self._listening_since = self._unanswered_since = None   # heard
                 if not data:
                     break
         except (OSError, EOFError) as exc:

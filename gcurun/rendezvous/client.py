@@ -36,42 +36,21 @@ class RendezvousClient:
 
     def connect(self) -> str:
         """Connect and authenticate; returns this host's address on the route to the
-        rendezvous (where peers on other hosts can reach this rank)."""
-        deadline = time.monotonic() + self._timeout
-        shown = wire.show_address(self.address)
-        sock = self._dial(deadline)
+        rendezvous (where peers on other hosts can reach this rank). Raises
+        CollectiveTimeout (it could not be reached, or kept dropping this rank's
+        connection, until the timeout) or PeerFailureError (it refused this rank's
+        secret, or is not the job's rendezvous), each saying which."""
         try:
-            server_nonce, client_nonce = wire.client_handshake(
-                sock, self._secret, wire.RENDEZVOUS_MAGIC, LABEL, deadline)
-            proof = wire.recv_exact(sock, wire.MAC_BYTES, deadline)
-        except wire.WireError as exc:
-            sock.close()
-            raise PeerFailureError(f"the rendezvous at {shown} refused this rank ({exc}); "
-                                   "is GCURUN_SECRET the one the launcher set?") from None
-        if wire.check_proof(self._secret, LABEL, server_nonce, client_nonce, proof) is None:
-            sock.close()
-            raise PeerFailureError(f"the server at {shown} could not prove it knows the "
-                                   "job's secret; refusing to join it")
+            sock = open_rendezvous(self.address, self._secret, self._timeout, "rank")
+        except JoinFailure as exc:
+            error = CollectiveTimeout if exc.timed_out else PeerFailureError
+            raise error(f"init: {exc}") from None
         sock.settimeout(None)
         self._sock = sock
         self._reader = threading.Thread(target=self._read, name="gcurun-rendezvous-client",
                                         daemon=True)
         self._reader.start()
         return sock.getsockname()[0]
-
-    def _dial(self, deadline: float) -> socket.socket:
-        host, port = self.address
-        while True:
-            try:
-                return socket.create_connection(
-                    (host, port), timeout=max(0.1, deadline - time.monotonic()))
-            except OSError as exc:
-                if time.monotonic() + 0.1 > deadline:
-                    raise CollectiveTimeout(
-                        f"cannot reach the rendezvous at {wire.show_address(self.address)} "
-                        f"({exc.strerror or exc}); is the launcher running and "
-                        "GCURUN_RENDEZVOUS an address this host can reach?") from None
-                time.sleep(0.1)
 
     def register(self, generation: int, rank: int, size: int,
                  info: dict[str, Any]) -> list[dict]:
@@ -140,6 +119,89 @@ class RendezvousClient:
             self._error = self._error or reason
             self._answered.set()
             self._on_abort(reason)
+
+
+class JoinFailure(Exception):
+    """Why a rank (or worker) could not join the rendezvous; ``timed_out`` when it was
+    the deadline that ended the tries (it may work later), not a refusal."""
+
+    def __init__(self, message: str, *, timed_out: bool) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+RETRY_SECONDS = 0.1      # between two connections, at first
+RETRY_MAX_SECONDS = 1.0  # and at most, as the tries go on
+
+
+def open_rendezvous(address: tuple[str, int], secret: bytes, timeout: float,
+                    who: str) -> socket.socket:
+    """A connection to the rendezvous at ``address``, authenticated both ways within
+    ``timeout`` seconds. A connection refused (the launcher not listening yet) or
+    closed before its handshake ended (the rendezvous dropped it, crowded by
+    connections that did not authenticate) is tried again until then.
+
+    Raises JoinFailure saying what happened: the rendezvous could not be reached, kept
+    dropping the connection, or did not answer in time; it refused the secret (``who``,
+    a rank or a worker, has another GCURUN_SECRET); it is not gcurun's rendezvous; or it
+    could not prove it knows the secret."""
+    shown = wire.show_address(address)
+    deadline = time.monotonic() + timeout
+    pause, dropped, why = RETRY_SECONDS, 0, ""
+    while True:
+        sock: socket.socket | None = None
+        try:
+            sock = socket.create_connection(
+                address, timeout=max(0.1, deadline - time.monotonic()))
+            server_nonce, client_nonce = wire.client_handshake(
+                sock, secret, wire.RENDEZVOUS_MAGIC, LABEL, deadline)
+            proof = wire.recv_exact(sock, wire.MAC_BYTES, deadline)
+        except wire.WireTimeout:
+            _close(sock)
+            raise JoinFailure(
+                f"the rendezvous at {shown} accepted this {who}'s connection but did not "
+                f"finish the handshake within {timeout:g} s (the launcher is overloaded, "
+                "or a firewall holds the connection); set GCURUN_TIMEOUT_SECONDS to wait "
+                "longer", timed_out=True) from None
+        except wire.WireClosed as exc:
+            _close(sock)
+            dropped, why = dropped + 1, str(exc)
+        except wire.WireError as exc:   # not the rendezvous's protocol
+            _close(sock)
+            raise JoinFailure(f"{shown} is not gcurun's rendezvous ({exc}); check "
+                              "GCURUN_RENDEZVOUS", timed_out=False) from None
+        except OSError as exc:          # no connection at all
+            _close(sock)
+            why = exc.strerror or str(exc)
+        else:
+            if proof == wire.REFUSED:
+                sock.close()
+                raise JoinFailure(f"the rendezvous at {shown} refused this {who}'s proof of "
+                                  "the job's secret: GCURUN_SECRET is not the one the "
+                                  "launcher set", timed_out=False)
+            if wire.check_proof(secret, LABEL, server_nonce, client_nonce, proof) is None:
+                sock.close()
+                raise JoinFailure(f"the server at {shown} could not prove it knows the "
+                                  "job's secret; refusing to join it", timed_out=False)
+            return sock
+        if time.monotonic() + pause > deadline:
+            if dropped:
+                raise JoinFailure(
+                    f"the rendezvous at {shown} closed this {who}'s connection before its "
+                    f"handshake ended, {dropped} times in {timeout:g} s (last: {why}); it is "
+                    "crowded by connections that do not authenticate, or the launcher is "
+                    "stopping", timed_out=True)
+            raise JoinFailure(
+                f"cannot reach the rendezvous at {shown} within {timeout:g} s ({why}); is "
+                "the launcher running and GCURUN_RENDEZVOUS an address this host can "
+                "reach?", timed_out=True)
+        time.sleep(pause)
+        pause = min(RETRY_MAX_SECONDS, pause * 2)
+
+
+def _close(sock: socket.socket | None) -> None:
+    if sock is not None:
+        sock.close()
 
 
 def say_goodbye(sock: socket.socket, send_lock: Any, reader: threading.Thread | None) -> None:

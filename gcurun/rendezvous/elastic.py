@@ -22,14 +22,13 @@ import logging
 import queue
 import socket
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from gcurun.errors import GcurunError
 from gcurun.rendezvous import wire
-from gcurun.rendezvous.client import say_goodbye
-from gcurun.rendezvous.server import LABEL, Connection, RendezvousServer
+from gcurun.rendezvous.client import JoinFailure, open_rendezvous, say_goodbye
+from gcurun.rendezvous.server import Connection, RendezvousServer
 
 # on_event receives one of:
 #   ("hello", worker)  ("joined", worker, after)  ("lost", worker)
@@ -225,31 +224,10 @@ class MembershipClient:
     def connect(self) -> None:
         """Connect, authenticate and say hello. Raises RendezvousLost when the
         rendezvous cannot be reached within the timeout or refuses this worker."""
-        deadline = time.monotonic() + self._timeout
-        shown = wire.show_address(self.address)
-        while True:
-            try:
-                sock = socket.create_connection(
-                    self.address, timeout=max(0.1, deadline - time.monotonic()))
-                break
-            except OSError as exc:
-                if time.monotonic() + 0.1 > deadline:
-                    raise RendezvousLost(f"cannot reach the elastic rendezvous at {shown} "
-                                         f"({exc.strerror or exc}); is the launcher "
-                                         "running?") from None
-                time.sleep(0.1)
         try:
-            server_nonce, client_nonce = wire.client_handshake(
-                sock, self._secret, wire.RENDEZVOUS_MAGIC, LABEL, deadline)
-            proof = wire.recv_exact(sock, wire.MAC_BYTES, deadline)
-        except wire.WireError as exc:
-            sock.close()
-            raise RendezvousLost(f"the rendezvous at {shown} refused this worker ({exc})") \
-                from None
-        if wire.check_proof(self._secret, LABEL, server_nonce, client_nonce, proof) is None:
-            sock.close()
-            raise RendezvousLost(f"the server at {shown} could not prove it knows the job's "
-                                 "secret; refusing to join it")
+            sock = open_rendezvous(self.address, self._secret, self._timeout, "worker")
+        except JoinFailure as exc:
+            raise RendezvousLost(str(exc)) from None
         sock.settimeout(None)
         if self._liveness:
             wire.set_liveness(sock, self._liveness)

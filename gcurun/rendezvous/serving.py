@@ -17,11 +17,15 @@ thread:
   thread).
 
 and through its services for them: :meth:`FrameServer.send` and :meth:`FrameServer.post`.
-Connections that fail the handshake or send garbage are logged and dropped. A connection
-that has not proved it knows the secret within ``handshake_timeout`` is dropped, and at
-most ``max_pending`` such connections are held at once (more are closed as they come), so
-idle or hostile clients cannot pile up; the first few refusals are logged, then only
-counted.
+Connections that fail the handshake or send garbage are logged and dropped; one whose
+proof of the secret is wrong is told so first (:data:`wire.REFUSED`), so a rank with
+another secret can say why it cannot join. A connection that has not proved it knows the
+secret within ``handshake_timeout`` is dropped, and at most ``max_pending`` such
+connections are held at once: when one more comes, the oldest of them is dropped to make
+room. Authenticated connections (the job's ranks) never count against that bound, and a
+rank answers the challenge within a round trip, so idle or hostile clients can neither
+pile up nor crowd the ranks out (a rank whose connection was dropped before its handshake
+ended connects again). The first few refusals are logged, then only counted.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ class FrameServer:
             raise ValueError("host: give at least one address to listen on")
         self._host, self._port = self._hosts[0], port
         self._max_pending = max_pending
-        self._pending = 0
+        self._waiting: dict[socket.socket, Connection] = {}   # not authenticated, oldest first
         self._refused = 0
         self._secret = secret
         self._handshake_timeout = handshake_timeout
@@ -244,7 +248,9 @@ class FrameServer:
                 else:
                     self._service(key.data, mask)
             now = time.monotonic()
-            for conn in [c for c in self._conns.values() if not c.ready and now > c.deadline]:
+            for conn in list(self._waiting.values()):   # oldest first: deadlines in order
+                if now <= conn.deadline:
+                    break
                 self._refuse(conn, "sent no valid handshake within "
                              f"{self._handshake_timeout:g} s")
         for conn in list(self._conns.values()):
@@ -263,17 +269,15 @@ class FrameServer:
                 return
             peer = wire.show_address((addr[0], addr[1])) if isinstance(addr, tuple) \
                 else str(addr)
-            if self._pending >= self._max_pending:
-                sock.close()
-                self._note_refusal(peer, f"{self._pending} connections already wait for "
-                                   "their handshake")
-                continue
+            if len(self._waiting) >= self._max_pending:
+                self._refuse(next(iter(self._waiting.values())),
+                             "dropped to make room: it had not authenticated and "
+                             f"{self._max_pending} connections wait for their handshake")
             sock.setblocking(False)
-            self._pending += 1
             conn = Connection(sock, peer, wire.nonce(),
                               time.monotonic() + self._handshake_timeout)
             conn.outbuf += wire.RENDEZVOUS_MAGIC + conn.nonce
-            self._conns[sock] = conn
+            self._conns[sock] = self._waiting[sock] = conn
             self._selector.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
             self.accepted(sock)
 
@@ -316,11 +320,12 @@ class FrameServer:
             del conn.inbuf[:ANSWER_BYTES]
             checked = wire.check_answer(self._secret, LABEL, conn.nonce, answer, 0)
             if checked is None:
+                self._tell_refused(conn)
                 self._refuse(conn, "failed authentication (wrong secret, or not a "
                                    "gcurun rank)")
                 return
             conn.ready = True
-            self._pending -= 1
+            del self._waiting[conn.sock]
             self.send(conn, wire.server_proof(self._secret, LABEL, conn.nonce, checked[0]))
         while conn.sock in self._conns and len(conn.inbuf) >= wire.FRAME.size:
             (length,) = wire.FRAME.unpack_from(conn.inbuf)
@@ -352,6 +357,13 @@ class FrameServer:
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
         self._selector.modify(conn.sock, events, conn)
 
+    def _tell_refused(self, conn: Connection) -> None:
+        """Say (best effort, without waiting) that ``conn``'s proof was wrong."""
+        try:
+            conn.sock.send(bytes(conn.outbuf) + wire.REFUSED)
+        except OSError:
+            pass
+
     def _refuse(self, conn: Connection, why: str) -> None:
         self._note_refusal(conn.peer, why)
         self._drop(conn)
@@ -374,8 +386,7 @@ class FrameServer:
         assert self._selector is not None
         if self._conns.pop(conn.sock, None) is None:
             return False
-        if not conn.ready:
-            self._pending -= 1
+        self._waiting.pop(conn.sock, None)
         self._selector.unregister(conn.sock)
         conn.sock.close()
         self.forget(conn)

@@ -27,8 +27,21 @@ RENDEZVOUS_MAGIC = b"GCURV01\n"
 PEER_MAGIC = b"GCUPR01\n"
 
 
+# What a server sends instead of its proof when the client's proof of the secret is
+# wrong: a MAC this exact is never met by chance.
+REFUSED = b"GCURUN-REFUSED: wrong secret".ljust(MAC_BYTES, b".")
+
+
 class WireError(Exception):
     """A connection broke, timed out, or spoke the wrong protocol."""
+
+
+class WireTimeout(WireError):
+    """The deadline passed before the other end said what it had to."""
+
+
+class WireClosed(WireError):
+    """The other end closed (or reset) the connection."""
 
 
 def new_secret() -> bytes:
@@ -57,7 +70,7 @@ def show_address(address: tuple[str, int]) -> str:
 def _remaining(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise WireError("timed out")
+        raise WireTimeout("timed out")
     return left
 
 
@@ -71,11 +84,11 @@ def recv_exact(sock: socket.socket, nbytes: int, deadline: float | None) -> byte
         try:
             piece = sock.recv(nbytes - len(data))
         except TimeoutError:
-            raise WireError("timed out") from None
+            raise WireTimeout("timed out") from None
         except OSError as exc:
-            raise WireError(str(exc)) from None
+            raise WireClosed(str(exc)) from None
         if not piece:
-            raise WireError("connection closed")
+            raise WireClosed("connection closed")
         data += piece
     return bytes(data)
 
@@ -85,9 +98,9 @@ def send_all(sock: socket.socket, data: bytes, deadline: float) -> None:
     try:
         sock.sendall(data)
     except TimeoutError:
-        raise WireError("timed out") from None
+        raise WireTimeout("timed out") from None
     except OSError as exc:
-        raise WireError(str(exc)) from None
+        raise WireClosed(str(exc)) from None
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:

@@ -36,6 +36,8 @@ def gcurun(capsys, *args: str, env: dict[str, str] | None = None) -> tuple[int, 
     ("--ssh-port", "0", "an integer from 1 to 65535"),
     ("--ssh-port", "99999", "an integer from 1 to 65535"),
     ("--ssh-timeout", "0", "a number above 0 and at most 86400"),
+    ("--liveness-timeout", "0", "a number above 0 and at most 86400"),
+    ("--liveness-timeout", "-3", "a number above 0 and at most 86400"),
     ("-np", "0", "an integer from 1 to 1048576"),
 ])
 def test_a_number_out_of_range_on_the_command_line(capsys, option, value, rule):
@@ -51,6 +53,7 @@ def test_a_number_out_of_range_on_the_command_line(capsys, option, value, rule):
     ("GCURUN_SSH_PORT", "0", "an integer from 1 to 65535"),
     ("GCURUN_SSH_TIMEOUT", "0", "a number above 0 and at most 86400"),
     ("GCURUN_CYCLE_TIME_MS", "-3", "a number above 0 and at most 60000"),
+    ("GCURUN_LIVENESS_TIMEOUT", "0", "a number above 0 and at most 86400"),
 ])
 def test_the_same_bounds_for_environment_variables(capsys, variable, value, rule):
     code, err = gcurun(capsys, "-np", "1", "true", env={variable: value})
@@ -63,6 +66,8 @@ def test_the_same_bounds_for_environment_variables(capsys, variable, value, rule
     ("grace_seconds: .nan", "grace_seconds: expected a number, got '.nan'"),
     ("ssh:\n  port: 0", "ssh.port: expected an integer from 1 to 65535, got '0'"),
     ("ssh:\n  timeout: 0", "ssh.timeout: expected a number above 0 and at most 86400, got '0'"),
+    ("liveness_timeout: 0",
+     "liveness_timeout: expected a number above 0 and at most 86400, got '0'"),
     ("runtime:\n  cycle_time_ms: -3",
      "runtime.cycle_time_ms: expected a number above 0 and at most 60000, got '-3'"),
 ])
@@ -121,3 +126,48 @@ def test_more_local_ranks_than_four_per_usable_cpu_need_oversubscribe(capsys):
     assert err == (f"gcurun: warning: {many} ranks on this host are more than 4 x the {cpus} "
                    f"CPUs this process may use ({many} > {4 * cpus}) (allowed by "
                    "--oversubscribe)\n")
+
+
+USER_RULE = ("is not a user name; a user name holds letters, digits, '.', '_' and '-' and "
+             "does not start with '-'")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('hosts:\n  - name: "bad$host"', "2: hosts[0].name: host name 'bad$host': '$' cannot "
+     "appear in a host name; use letters, digits, '-', '.' and '_'"),
+    ('hosts:\n  - name: "-oProxyCommand=x"', "2: hosts[0].name: host name "
+     "'-oProxyCommand=x': a host name cannot start with '-'; check the spelling"),
+    ('hosts:\n  - name: "10.0.0.256"', "2: hosts[0].name: host name '10.0.0.256': "
+     "'10.0.0.256' is not a valid IPv4 address; each of its four parts is a number from 0 "
+     "to 255 without leading zeros"),
+    ('hosts:\n  - name: a\n    user: "us$er"', f"3: hosts[0].user: 'us$er' {USER_RULE}"),
+    ('ssh:\n  user: "-oProxyCommand=x"', f"2: ssh.user: '-oProxyCommand=x' {USER_RULE}"),
+    ('ssh:\n  user: "a b"', f"2: ssh.user: 'a b' {USER_RULE}"),
+])
+def test_profile_hosts_and_users_follow_the_rules_of_dash_h(capsys, tmp_path, text, message):
+    profile = tmp_path / "p.yaml"
+    profile.write_text(text + "\n")
+    code, err = gcurun(capsys, "--profile", str(profile), "--dry-run", "true")
+    assert (code, err) == (2, f"gcurun: error: {profile}:{message}\n")
+
+
+def test_profile_ipv6_hosts_bare_or_in_brackets_are_accepted(capsys, tmp_path):
+    profile = tmp_path / "p.yaml"
+    profile.write_text('hosts:\n  - name: "[fe80::1]"\n  - name: "fe80::2"\n'
+                       'ssh:\n  user: deploy.user_1\n')
+    code, err = gcurun(capsys, "--profile", str(profile), "--dry-run", "true")
+    assert (code, err) == (0, "")
+
+
+def test_ssh_user_on_the_command_line_follows_the_rule_of_dash_h(capsys):
+    code, err = gcurun(capsys, "--ssh-user", "-oProxyCommand=x", "-H", "a:1", "--dry-run",
+                       "true")
+    assert (code, err) == (2, "gcurun: error: --ssh-user '-oProxyCommand=x': "
+                              f"'-oProxyCommand=x' {USER_RULE}\n")
+
+
+def test_ssh_user_in_the_environment_follows_the_rule_of_dash_h(capsys):
+    code, err = gcurun(capsys, "-H", "a:1", "--dry-run", "true",
+                       env={"GCURUN_SSH_USER": "a b"})
+    assert (code, err) == (2, f"gcurun: error: GCURUN_SSH_USER='a b': 'a b' {USER_RULE}; fix "
+                              "the value or unset GCURUN_SSH_USER\n")

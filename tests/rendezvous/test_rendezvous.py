@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -11,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gcurun.errors import LaunchError
+from gcurun.errors import CollectiveTimeout, GcurunError, LaunchError
 from gcurun.rendezvous import wire
 from gcurun.rendezvous.client import RendezvousClient
 from gcurun.rendezvous.server import LABEL, RendezvousServer, new_secret
@@ -84,8 +85,11 @@ def test_a_wrong_secret_is_refused_logged_and_harmless(server_factory, caplog) -
     caplog.set_level(logging.WARNING, "gcurun.rendezvous")
     server = server_factory(1)
     intruder = client(server, secret=b"a secret of another job")
-    with pytest.raises(PeerFailureError, match="refused this rank"):
+    with pytest.raises(PeerFailureError) as refused:
         intruder.connect()
+    assert str(refused.value) == (
+        f"init: the rendezvous at 127.0.0.1:{server.address[1]} refused this rank's proof "
+        "of the job's secret: GCURUN_SECRET is not the one the launcher set")
     wait_for("the refusal in the log", logged(caplog, "failed authentication"))
     assert refusals(caplog)[0].startswith(f"rendezvous 127.0.0.1:{server.address[1]}: "
                                           "refused the connection from 127.0.0.1:")
@@ -230,3 +234,88 @@ def test_close_is_idempotent_and_address_needs_start() -> None:
     assert server.address[1] > 0
     server.close()
     server.close()
+
+
+def serve_once(behave: Callable[[socket.socket], None]) -> tuple[tuple[str, int],
+                                                                  Callable[[], None]]:
+    """A listener on 127.0.0.1 that does ``behave`` with every connection it accepts;
+    returns its address and what stops it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                sock, _ = listener.accept()
+            except TimeoutError:
+                continue
+            held.append(sock)
+            behave(sock)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+
+    def close() -> None:
+        stop.set()
+        thread.join(5)
+        listener.close()
+        for sock in held:
+            sock.close()
+
+    return listener.getsockname(), close
+
+
+def failure_of(address: tuple[str, int]) -> tuple[type, str]:
+    rank = RendezvousClient(address, SECRET, 1.0, lambda _: None)
+    with pytest.raises(GcurunError) as failed:
+        rank.connect()
+    return type(failed.value), str(failed.value)
+
+
+def test_a_rank_that_cannot_reach_the_rendezvous_says_so():
+    free = socket.create_server(("127.0.0.1", 0))
+    address = free.getsockname()
+    free.close()   # nothing listens there now
+    assert failure_of(address) == (CollectiveTimeout, (
+        f"init: cannot reach the rendezvous at 127.0.0.1:{address[1]} within 1 s (Connection "
+        "refused); is the launcher running and GCURUN_RENDEZVOUS an address this host can "
+        "reach?"))
+
+
+def test_a_rank_whose_connection_is_dropped_before_its_handshake_says_so():
+    address, close = serve_once(lambda sock: sock.close())
+    try:
+        kind, message = failure_of(address)
+    finally:
+        close()
+    assert kind is CollectiveTimeout
+    shown = f"127.0.0.1:{address[1]}"
+    assert re.fullmatch(
+        f"init: the rendezvous at {shown} closed this rank's connection before its handshake "
+        r"ended, \d+ times in 1 s \(last: .+\); it is crowded by connections that do not "
+        "authenticate, or the launcher is stopping", message), message
+
+
+def test_a_rendezvous_that_never_greets_is_a_timeout_and_says_so():
+    address, close = serve_once(lambda sock: None)
+    try:
+        kind, message = failure_of(address)
+    finally:
+        close()
+    assert (kind, message) == (CollectiveTimeout, (
+        f"init: the rendezvous at 127.0.0.1:{address[1]} accepted this rank's connection but "
+        "did not finish the handshake within 1 s (the launcher is overloaded, or a firewall "
+        "holds the connection); set GCURUN_TIMEOUT_SECONDS to wait longer"))
+
+
+def test_something_else_on_the_rendezvous_port_is_named():
+    address, close = serve_once(lambda sock: sock.sendall(b"SSH-2.0-OpenSSH_9.6" + b" " * 40))
+    try:
+        kind, message = failure_of(address)
+    finally:
+        close()
+    assert (kind, message) == (PeerFailureError, (
+        f"init: 127.0.0.1:{address[1]} is not gcurun's rendezvous (the other end is not a "
+        "gcurun endpoint of this kind); check GCURUN_RENDEZVOUS"))

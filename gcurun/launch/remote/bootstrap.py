@@ -22,10 +22,10 @@ command line:
    every rank's group is stopped the same way, so no rank outlives a dead launcher. A
    signal to the bootstrap itself (SIGTERM, SIGINT, SIGHUP) stops them too, after a
    ``stopped`` frame that tells the launcher why. A cut link delivers no end of stdin:
-   when the job gives ``fence_after`` (seconds), the launcher pings and a bootstrap that
-   has heard nothing for that long (or could write nothing for that long) *fences
-   itself*: it stops every rank the same way and exits, so no rank outlives a host's
-   lost link.
+   when the job gives ``fence_after`` (seconds; the SSH launcher always does), the
+   launcher pings every second and a bootstrap that has heard nothing for that long
+   (also while its output waits for a slow reader) *fences itself*: it stops every rank
+   the same way and exits, so no rank outlives a host's lost link.
 5. A guard process, forked before the first rank starts, learns each rank's process
    group; if the bootstrap dies without saying it is done (SIGKILL), the guard stops
    those groups, so even the ranks' own children do not outlive it. (The ranks
@@ -59,6 +59,7 @@ from gcurun.launch.remote.mpi_guard import group_exists, signal_group
 from gcurun.launch.remote.protocol import (
     ERROR,
     EXIT,
+    PONG,
     STARTED,
     STDERR,
     STDOUT,
@@ -122,22 +123,40 @@ class Bootstrap:
         self.fence_after: float | None = None   # seconds of silence that fence this host
         self.heard_at = clock()                 # the launcher's last message
         self.fenced = False
+        self.listening = True                   # stdin is open (no end seen yet)
+        self.pong_owed = False                  # a ping came; the loop answers it
 
     # -- the channel --------------------------------------------------------------------
     def send(self, data: bytes) -> None:
         """Write to the launcher; once the channel is gone, stop the ranks instead.
-        With ``fence_after``, a write that cannot progress for that long fences the host
-        (a cut link fills every buffer on the way and then blocks forever)."""
+        With ``fence_after``, a write that cannot progress waits while the launcher's
+        pings still come (a console that reads slowly is no lost link), and fences the
+        host once none came for that long (a cut link fills every buffer on the way and
+        then blocks forever)."""
         view = memoryview(data)
         while self.channel_open and view:
             try:
                 view = view[os.write(self.stdout_fd, view):]
             except (InterruptedError, BlockingIOError):
-                if self.fence_after is not None and not writable(self.stdout_fd,
-                                                                 self.fence_after):
-                    self.fence()   # could write nothing for fence_after seconds
+                if self.fence_after is not None:
+                    self.await_writable(self.fence_after)
             except OSError:
                 self.lose_channel()
+
+    def await_writable(self, fence_after: float) -> None:
+        """Until the channel takes bytes again, obey what the launcher says; fence when
+        it has said nothing for ``fence_after`` seconds."""
+        while self.channel_open:
+            left = self.heard_at + fence_after - self.clock()
+            if left <= 0:
+                self.fence()
+                return
+            readers = (self.stdin_fd,) if self.listening else ()
+            ready = ready_fds(readers, self.stdout_fd, left)
+            if self.stdout_fd in ready:
+                return
+            if self.stdin_fd in ready:
+                self.control()
 
     def fence(self) -> None:
         """The launcher is unreachable: stop every rank, send nothing more, exit.
@@ -278,12 +297,20 @@ class Bootstrap:
                         if number != signal.SIGCHLD:
                             self.on_signal(number)
             self.reap_exited()
+            self.answer_ping()
             self.tick()
         for r in self.ranks.values():   # strays left in a finished rank's group
             signal_group(r.proc.pid, signal.SIGKILL)
         if self.guard is not None:
             self.guard.done()
         return FENCED_EXIT_CODE if self.fenced else 0
+
+    def answer_ping(self) -> None:
+        """Answer the pings that came since the last turn, with one ``PONG`` (from the
+        loop only: a ping read while a write waits must not write in turn)."""
+        if self.pong_owed:
+            self.pong_owed = False
+            self.send(pack_frame(PONG, -1))
 
     def on_signal(self, signum: int) -> None:
         """The bootstrap itself was told to stop: say so, then stop every rank."""
@@ -370,6 +397,7 @@ class Bootstrap:
             data = b""
         if not data:
             self.selector.unregister(self.stdin_fd)
+            self.listening = False
             self.lose_channel()
             return
         self.heard_at = self.clock()
@@ -381,14 +409,18 @@ class Bootstrap:
                 self.stop(float(message.get("grace", self.kill_grace)))
             elif message.get("op") == "ranks":
                 self.take(message)
-            # "ping" says only that the launcher is there (heard_at is renewed)
+            elif message.get("op") == "ping" and self.fence_after is not None:
+                self.pong_owed = True   # heard_at is renewed; the launcher hears us back
 
 
-def writable(fd: int, seconds: float) -> bool:
-    """Whether ``fd`` can take bytes within ``seconds``."""
+def ready_fds(readers: tuple[int, ...], writer: int, seconds: float) -> set[int]:
+    """Which of ``readers`` have bytes to read and whether ``writer`` can take bytes,
+    within ``seconds`` (an empty set when none is ready by then)."""
     with selectors.DefaultSelector() as sel:
-        sel.register(fd, selectors.EVENT_WRITE)
-        return bool(sel.select(seconds))
+        sel.register(writer, selectors.EVENT_WRITE)
+        for fd in readers:
+            sel.register(fd, selectors.EVENT_READ)
+        return {key.fd for key, _ in sel.select(seconds)}
 
 
 def drain(fd: int) -> bytes:

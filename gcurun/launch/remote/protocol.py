@@ -2,11 +2,13 @@
 
 The bootstrap speaks first: one hello line (``GCURUN-BOOTSTRAP {json}``), then binary
 frames (kind, rank, payload) with its ranks' output and exits (``STOPPED``, rank -1, names
-the signal that stopped the bootstrap itself). The launcher sends messages in the JSON
+the signal that stopped the bootstrap itself; ``PONG``, rank -1, empty, answers a
+``ping``). The launcher sends messages in the JSON
 framing of :mod:`gcurun.rendezvous.wire` (4-byte length, JSON with an ``op``): the
-``job`` (with the launcher's ``forwarded`` environment, and ``more``: true when
-``ranks`` messages follow with more ranks), ``ranks`` (the same ``more``), and perhaps
-``terminate``.
+``job`` (with the launcher's ``forwarded`` environment, ``more``: true when ``ranks``
+messages follow with more ranks, and ``fence_after`` when it pings), ``ranks`` (the same
+``more``), ``ping`` (every second with ``fence_after``; answered with a ``PONG`` frame) and
+perhaps ``terminate``.
 
 Stdlib only (and the stdlib-only wire module): the bootstrap imports it on remote hosts.
 """
@@ -29,7 +31,7 @@ PROTOCOL = 4
 
 # Frames from the bootstrap: kind (1 byte), rank (signed 32 bits), length (32 bits), payload.
 FRAME_HEADER = struct.Struct(">BiI")
-STARTED, STDOUT, STDERR, EXIT, ERROR, STOPPED = 1, 2, 3, 4, 5, 6
+STARTED, STDOUT, STDERR, EXIT, ERROR, STOPPED, PONG = 1, 2, 3, 4, 5, 6, 7
 STREAM_KINDS = {STDOUT: "stdout", STDERR: "stderr"}
 
 

@@ -4,7 +4,10 @@
 The job (argv, environment, secrets, binding per rank) travels on the bootstrap's stdin;
 output and exits come back as frames on its stdout and become events on the supervisor's
 queue (:mod:`gcurun.launch.bootstrap_group`, shared with this host's own ranks). When the
-connection drops, the bootstrap stops its ranks and the group reports the ranks it lost.
+connection drops, the bootstrap stops its ranks and the group reports the ranks it lost;
+when the link goes silent instead (cut), both ends give up after ``--liveness-timeout``
+(:meth:`BootstrapGroup.keep_alive`): the launcher reports the host lost, and the
+bootstrap, hearing no ping, fences itself.
 """
 
 from __future__ import annotations
@@ -106,10 +109,13 @@ def ssh_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[RankGroup]:
         if session is None:
             raise LaunchError(f"host {name!r} has not passed the SSH preflight; prepare the "
                               "job with its hosts checked (connect=True) before running it")
-        groups.append(SSHRankGroup(session, by_host[name], workdir=plan.workdir,
-                                   secrets=secrets_for(session, secrets),
-                                   kill_grace=job.settings.grace_seconds,
-                                   forwarded=plan.launcher_env))
+        group = SSHRankGroup(session, by_host[name], workdir=plan.workdir,
+                             secrets=secrets_for(session, secrets),
+                             kill_grace=job.settings.grace_seconds,
+                             forwarded=plan.launcher_env)
+        # A cut link says nothing: pings and the kernel's deadlines notice it on both ends.
+        group.keep_alive(job.settings.liveness_timeout)
+        groups.append(group)
     return groups
 
 

@@ -272,6 +272,35 @@ def test_pings_keep_a_fencing_bootstrap_and_its_ranks(boot, tmp_path):
     assert json.loads(frames[0][-1][1]) == {"exit_code": 0, "signal": None}
 
 
+def test_a_launcher_that_pings_but_reads_slowly_does_not_fence_the_bootstrap(boot):
+    """A blocked console (the launcher reads nothing for a while) is no lost link: while
+    the pings come, the bootstrap's output waits and no rank is stopped."""
+    size = 1 << 20    # far more than the pipes on the way hold
+    code = f"import sys; sys.stdout.write('x' * {size}); sys.stdout.flush()"
+    boot.sendall(encode_message(job([rank(0, sys.executable, "-c", code)],
+                                    fence_after=1.0)))
+    stop = threading.Event()
+
+    def ping():
+        while not stop.wait(0.2):
+            try:
+                boot.sendall(encode_message({"op": "ping"}))
+            except OSError:
+                return
+
+    pinger = threading.Thread(target=ping, daemon=True)
+    pinger.start()
+    try:
+        stop.wait(4.0)   # the stimulus: nothing read for four times fence_after
+        frames = by_rank(read_frames(boot))
+    finally:
+        stop.set()
+        pinger.join(5)
+    assert len(stream(frames[0], STDOUT)) == size
+    assert json.loads(frames[0][-1][1]) == {"exit_code": 0, "signal": None}
+    assert boot.proc.wait(10) == 0
+
+
 def test_a_ranks_forked_children_die_when_the_rank_exits(boot, tmp_path):
     """A DataLoader worker left behind would hold the rank's sockets open."""
     marker = tmp_path / "child"

@@ -4,6 +4,7 @@ lost connections."""
 from __future__ import annotations
 
 import io
+import os
 import queue
 import signal
 
@@ -139,6 +140,36 @@ def test_a_dead_bootstrap_loses_its_ranks_with_the_reason(session):
     assert len(lost) == 1 and lost[0].ranks == (0,)
     assert lost[0].message.startswith(
         f"gcurun's bootstrap on nodeA ended (status {-signal.SIGKILL}) without reporting")
+
+
+def test_a_bootstrap_that_answers_no_ping_is_given_up_and_its_ranks_lost(session):
+    """A stopped bootstrap is as silent as a cut link: the launcher's pings go unanswered
+    and the host is given up after the liveness timeout, saying so."""
+    events = queue.Queue()
+    group = SSHRankGroup(session, [spec(0, "sleep", "60")], workdir="/")
+    group.keep_alive(1.0)
+    group.start(events)
+    wait_for("rank 0 to start", lambda: 0 in group.pids(), 10)
+    os.kill(session.channel.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for("the launcher to give the host up", lambda: session.closed >= 1, 30)
+    finally:
+        os.kill(session.channel.proc.pid, signal.SIGCONT)   # it finds its stdin closed
+    lost = [e for e in drain(events, 1) if isinstance(e, ExecutorErrorEvent)]
+    assert [(e.ranks, e.message) for e in lost] == [((0,), (
+        "no word from nodeA for 1 s (--liveness-timeout): its link is cut, or it is down "
+        "or stopped"))]
+    assert session.channel.proc.wait(20) == 0
+
+
+def test_pings_answered_keep_a_quiet_host(session):
+    events = queue.Queue()
+    group = SSHRankGroup(session, [spec(0, "sleep", "4")], workdir="/")
+    group.keep_alive(1.0)   # four times as long as the liveness timeout, without output
+    group.start(events)
+    got = drain(events, 1)
+    assert [(e.rank, e.exit_code) for e in got if isinstance(e, ExitEvent)] == [(0, 0)]
+    assert not [e for e in got if isinstance(e, ExecutorErrorEvent)]
 
 
 def test_a_bootstrap_error_reaches_the_supervisor_as_the_root_cause(session, tmp_path):
