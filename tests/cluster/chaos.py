@@ -13,7 +13,7 @@ rank:
 | the bootstrap of HOST (gcurun's, or mpirun's daemon prted) | 255 | the first rank of HOST |
 | gcurun, SIGINT / SIGTERM | 130 / 143 | ``interrupted by SIGNAME; stopped every rank`` |
 | gcurun, SIGKILL | killed (-9) | none: it is dead; only the survivors count |
-| the link of HOST cut (static SSH job) | 255 | ``host HOST`` named as lost |
+| the link of HOST cut (static SSH job) | 255 | ``no word from HOST for S s`` |
 
 A round may also meet a hostile condition, which must change nothing of the above:
 
@@ -64,7 +64,7 @@ IDLE_CLIENTS = 70         # connections a crowded-rendezvous round holds open
 INIT_DELAY = 1.0          # ranks of that round wait this long before joining, so the crowd
                           # is there first
 LIVENESS_DEADLINE = 60.0  # a cut host's ranks must be gone this long after the cut
-LOST_HOST_LINE = "lost the connection to {host}"
+LOST_HOST_LINE = "no word from {host} for"
 
 
 @dataclass(frozen=True)
