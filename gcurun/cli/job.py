@@ -88,7 +88,8 @@ def _launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str,
 
         sink = OutputSink(stdout, stderr, color=use_color(params.get("color", "auto"), stdout,
                                                           environ),
-                          show_ranks=settings.show_ranks, output_dir=settings.output_dir)
+                          show_ranks=settings.show_ranks, output_dir=settings.output_dir,
+                          timestamps=bool(params.get("prefix_output_with_timestamp")))
         from gcurun.cli.sshlog import warnings_of
 
         with ssh_reports(stderr), warnings_of("gcurun.rendezvous", stderr):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import collections
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
@@ -65,9 +66,11 @@ class OutputSink:
         show_ranks: Iterable[int] | None = None,
         output_dir: str | None = None,
         tail_lines: int = 20,
+        timestamps: bool = False,
     ) -> None:
         self._streams = {"stdout": stdout, "stderr": stderr}
         self._color = color
+        self._timestamps = timestamps
         self._show = None if show_ranks is None else frozenset(show_ranks)
         self._dir = Path(output_dir) if output_dir else None
         self._splitters: dict[tuple[int, Stream], LineSplitter] = {}
@@ -115,6 +118,11 @@ class OutputSink:
             return
         out = self._streams[stream]
         prefix = self.prefix(rank)
+        if self._timestamps:
+            # horovodrun's -prefix-timestamp: the time the launcher saw the line
+            now = time.time()
+            prefix = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + \
+                f".{int(now % 1 * 1000):03d} " + prefix
         out.write("".join(prefix + s for s in segments))
         out.flush()
 
