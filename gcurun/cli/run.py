@@ -100,7 +100,9 @@ def _options(func):
         click.option("--python", metavar="PATH",
                      help="Remote Python (default: this interpreter's path)."),
         # MPI
-        click.option("--mpirun", metavar="PATH", help="mpirun to use (default: on PATH)."),
+        click.option("--mpirun", metavar="PATH",
+                     help="mpirun to use: a path, or a name looked for beside this Python "
+                          "first, then on PATH (default: mpirun)."),
         click.option("--mpi-args", metavar="ARGS", help="Extra mpirun arguments (quoted)."),
         click.option("--network-interface", metavar="NAME|CIDR",
                      help="Network between hosts (MPI's and the tcp runtime's): eth0 or "
@@ -156,6 +158,7 @@ def _options(func):
 
 EPILOG = """\b
 Subcommands:
+  gcurun help [SUBCOMMAND] this help, or a subcommand's
   gcurun check             versions, MPI, NUMA nodes and devices of this host
   gcurun bench allreduce   allreduce bandwidth table (--mpi: beside MPI_Allreduce)
   gcurun timeline summary  time per activity and costliest tensors of a timeline

@@ -169,9 +169,10 @@ def prepare_plan(plan: LaunchPlan, settings: Settings, *,
                  environ: Mapping[str, str] | None = None,
                  connect: bool = True) -> PreparedJob:
     """Check the remote hosts of a placed ``plan`` and bind it; see :func:`prepare`."""
-    from gcurun.config.paths import check_output_dir, check_timeline
+    from gcurun.config.paths import check_output_dir, check_timeline, check_workdir
 
     check_output_dir(settings)
+    check_workdir(settings, plan.workdir, any(r.is_local for r in plan.ranks))
     check_timeline(settings, plan.workdir, (r.rank for r in plan.ranks if r.is_local))
     sessions: dict[str, HostSession] = {}
     if connect and plan.launcher == "ssh":

@@ -103,7 +103,8 @@ def build_plan(
     same way: loopback when every rank is local, ``this_host`` for this host, else the
     host's name.
 
-    Raises PlanError for an empty command or host list, or ranks that do not fit.
+    Raises PlanError for an empty command or host list, ranks that do not fit, or the
+    local launcher given a host that is not this one.
     """
     if not command:
         raise PlanError("no command given; put it after the options: gcurun -np 2 python train.py")
@@ -117,6 +118,11 @@ def build_plan(
     all_local = all(local)
     if launcher is None:
         launcher = "local" if all_local else "ssh"
+    elif launcher == "local" and not all_local:
+        remote = next(h.name for (h, _), here in zip(used, local, strict=True) if not here)
+        raise PlanError(f"the local launcher starts ranks on this host only, but host "
+                        f"'{remote}' is not this host; drop --launcher local (remote hosts "
+                        "are reached over SSH) or give only this host's names")
     if master_addr is None:
         first = used[0][0]
         if all_local:
