@@ -78,3 +78,14 @@ def test_a_bad_log_level_variable_is_bad_input():
     assert res.returncode == 2
     assert res.stderr == ("gcurun: error: GCURUN_LOG_LEVEL=loud: not a log level; write one "
                           "of TRACE, DEBUG, INFO, WARNING, ERROR, FATAL\n")
+
+
+def test_the_ranks_log_at_the_level_given():
+    script = "import gcurun.runtime as hvd; hvd.init(); hvd.shutdown()"
+    res = run_gcurun("-np", "2", "--log-level", "info", "python3", "-c", script)
+    assert res.returncode == 0, res.stderr
+    joined = sorted(line for line in res.stderr.splitlines() if "joined" in line)
+    assert joined == [
+        "[0] gcurun: info: rank 0 of 2 joined (local rank 0 of 2), backend tcp",
+        "[1] gcurun: info: rank 1 of 2 joined (local rank 1 of 2), backend tcp",
+    ]
