@@ -118,7 +118,12 @@ def settings_from(given: Mapping[str, Any]) -> dict[str, Any]:
     if given.get("use_mpi"):
         cli["launcher"] = "mpi"
         if given.get("mpi_args") is not None:
-            cli["mpi.args"] = tuple(shlex.split(given["mpi_args"]))
+            try:
+                cli["mpi.args"] = tuple(shlex.split(given["mpi_args"]))
+            except ValueError as exc:
+                raise UsageError(f"gcurun.run: mpi_args={given['mpi_args']!r}: "
+                                 f"{str(exc).lower()}; quote the arguments as a shell "
+                                 "would") from None
     if given.get("network_interface") is not None:
         cli["mpi.network_interface"] = given["network_interface"]
     timeout = given.get("start_timeout")

@@ -351,3 +351,31 @@ def test_jsrun_and_binding_args_show_in_the_mpirun_command(capsys):
     plan = _dry_json(capsys, "--jsrun", "--binding-args", "--rankfile myrankfile")
     argv = plan["mpirun"]["argv"]
     assert argv[argv.index("--rankfile") + 1] == "myrankfile"
+
+
+@pytest.mark.parametrize("text, check", [
+    ("controller: mpi\n", lambda s: s.launcher == "mpi"),
+    ("controller: gloo\n", lambda s: s.launcher is None),
+    ("stall_check:\n  enabled: false\n",
+     lambda s: (s.runtime.stall_check_warning_seconds,
+                s.runtime.stall_check_shutdown_seconds) == (0, 0)),
+    ("library_options:\n  gloo_timeout_seconds: 50\n",
+     lambda s: s.runtime.timeout_seconds == 50),
+    ("timeline:\n  filename: t.json\n", lambda s: s.runtime.timeline == "t.json"),
+    ("params:\n  hierarchical_allreduce: false\n",
+     lambda s: s.runtime.hierarchical_allreduce is False),
+])
+def test_each_config_file_section_sets_its_setting(captured, capsys, tmp_path, text, check):
+    path = _file(tmp_path, "c.yaml", text)
+    code, s, _, _, err = captured(capsys, "--config-file", path, "true")
+    assert code == 0 and err == ""
+    assert check(s)
+
+
+def test_the_config_files_autotune_section_is_ignored_with_a_notice(captured, capsys,
+                                                                     tmp_path):
+    path = _file(tmp_path, "c.yaml", "autotune:\n  enabled: true\n")
+    code, _, _, _, err = captured(capsys, "--config-file", path, "true")
+    assert code == 0
+    assert err == NOTE + ("--config-file: its autotune section is ignored; gcurun has no "
+                          "autotune yet\n")

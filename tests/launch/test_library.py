@@ -115,6 +115,9 @@ def test_an_exception_that_cannot_travel_still_reports_its_text():
     ({"slots": 4}, "gcurun.run: slots=4 configures an elastic job"),
     ({"mpi_args": "--mca x y"}, "gcurun.run: mpi_args is for mpirun launches; pass "
                                 "use_mpi=True too"),
+    ({"use_mpi": True, "mpi_args": '--mca "x'}, "gcurun.run: mpi_args='--mca \"x': no "
+                                                "closing quotation; quote the arguments as "
+                                                "a shell would"),
     ({"use_gloo": True, "use_mpi": True}, "gcurun.run: use_gloo and use_mpi exclude each "
                                           "other; give one"),
     ({"hosts": "localhost:1", "hostfile": "hosts.txt"}, "gcurun.run: give either hosts or "
