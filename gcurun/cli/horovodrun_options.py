@@ -113,6 +113,42 @@ def horovodrun_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+class AbbreviatingCommand(click.Command):
+    """A click command that takes unique prefixes of its long options, as horovodrun's
+    argparse does (``--fusion-thr 32`` is ``--fusion-threshold-mb 32``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, expand_abbreviations(self.params, args))
+
+
+def expand_abbreviations(params: list[click.Parameter], args: list[str]) -> list[str]:
+    """``args`` with every unique prefix of a ``--long`` option written in full, up to the
+    command (the first argument that is not an option or an option's value). Raises
+    click.UsageError for a prefix of several options."""
+    takes: dict[str, int] = {}
+    for param in params:
+        if isinstance(param, click.Option):
+            count = 0 if param.is_flag or param.count else param.nargs
+            for name in (*param.opts, *param.secondary_opts):
+                takes[name] = count
+    out: list[str] = []
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] not in ("-", "--"):
+        name, eq, value = args[i].partition("=")
+        if name.startswith("--") and name not in takes:
+            matches = sorted(o for o in takes if o.startswith(name))
+            if len(matches) > 1:
+                raise click.UsageError(f"option '{name}' is ambiguous: it may be "
+                                       f"{', '.join(matches)}; write it in full")
+            if matches:
+                name = matches[0]
+        out.append(name + eq + value)
+        values = 0 if eq else takes.get(name, 0)
+        out.extend(args[i + 1:i + 1 + values])
+        i += 1 + values
+    return out + args[i:]
+
+
 @dataclass
 class Compat:
     """What horovodrun's options gave: settings by dotted key, notices for the user, the

@@ -11,6 +11,7 @@ import click
 
 from gcurun import __version__
 from gcurun.cli.horovodrun_options import (
+    AbbreviatingCommand,
     apply_horovodrun_options,
     horovodrun_options,
     print_notices,
@@ -172,7 +173,7 @@ Examples:
 
 
 @click.command(
-    "run", epilog=EPILOG,
+    "run", cls=AbbreviatingCommand, epilog=EPILOG,
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]})
 @_options
 @horovodrun_options

@@ -379,3 +379,19 @@ def test_the_config_files_autotune_section_is_ignored_with_a_notice(captured, ca
     assert code == 0
     assert err == NOTE + ("--config-file: its autotune section is ignored; gcurun has no "
                           "autotune yet\n")
+
+
+def test_a_unique_prefix_of_a_long_option_is_that_option_as_in_horovodrun(captured, capsys):
+    code, s, params, _, err = captured(capsys, "--fusion-thr", "32", "--verb",
+                                       "--mpi-args", "--ver", "--mpi", "true")
+    assert code == 0, err
+    assert s.runtime.fusion_threshold_mb == 32 and params["verbose"] is True
+    assert s.mpi.args == ("--ver",)   # a value is not an option
+
+
+def test_a_prefix_of_several_options_is_refused(captured, capsys):
+    code, _, _, _, err = captured(capsys, "--stall-check-w", "3", "true")
+    assert code == 2
+    assert err == ("Error: option '--stall-check-w' is ambiguous: it may be "
+                   "--stall-check-warning-seconds, --stall-check-warning-time-seconds; "
+                   "write it in full\n")
