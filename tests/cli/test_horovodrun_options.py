@@ -395,3 +395,17 @@ def test_a_prefix_of_several_options_is_refused(captured, capsys):
     assert err == ("Error: option '--stall-check-w' is ambiguous: it may be "
                    "--stall-check-warning-seconds, --stall-check-warning-time-seconds; "
                    "write it in full\n")
+
+
+def test_the_runtime_of_each_rank_reads_the_knobs_horovodruns_spellings_set():
+    from tests.helpers import run_gcurun
+
+    script = ("from gcurun.runtime.settings import read_runtime_env as r; e = r(); "
+              "print(e.cache_capacity, e.timeout_seconds, e.stall_check_warning_seconds, "
+              "e.stall_check_shutdown_seconds, e.network_interface, e.log_level)")
+    res = run_gcurun("-np", "2", "--cache-capacity", "7", "--gloo-timeout-seconds", "45",
+                     "--no-stall-check", "--network-interfaces", "lo", "--log-level", "error",
+                     "python3", "-c", script)
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.splitlines()) == ["[0] 7 45.0 0.0 0.0 lo ERROR",
+                                               "[1] 7 45.0 0.0 0.0 lo ERROR"]
