@@ -266,14 +266,21 @@ def apply_horovodrun_options(given: Mapping[str, Any], cli: MutableMapping[str, 
     """Turn the horovodrun options of ``given`` (the parameters given on the command line,
     by click name) into settings added to ``cli`` (dotted keys), notices and logging.
     ``--config-file`` fills what the command line left out. Raises UsageError when two
-    spellings of one setting disagree or a config file is bad."""
-    params = dict(given)
-    if params.get("config_file"):
-        from_file = read_config_file(params["config_file"])
-        params = {**{k: v for k, v in from_file.items() if k not in given}, **given}
-        _apply_core(from_file, params, cli)
+    spellings of one setting on the command line disagree or a config file is bad."""
     out = Compat()
-    _apply_settings(params, cli, out)
+    from_file: dict[str, Any] = {}
+    if given.get("config_file"):
+        from_file = {k: v for k, v in read_config_file(given["config_file"]).items()
+                     if k not in given}
+        if any(given.get(k) for k in ("use_gloo", "use_mpi", "use_jsrun", "use_slurm",
+                                      "launcher")):
+            # the command line chose how ranks start: the file's controller is overridden
+            from_file.pop("use_gloo", None)
+            from_file.pop("use_mpi", None)
+    _apply_settings(given, cli, out)
+    if from_file:
+        _apply_file(from_file, cli, out)
+    params = {**from_file, **given}
     _apply_notices(params, cli, out)
     _apply_logging(params, environ, out, cli)
     return out
@@ -289,14 +296,23 @@ _CORE_FROM_CONFIG = {
 }
 
 
-def _apply_core(from_file: Mapping[str, Any], params: Mapping[str, Any],
-                cli: MutableMapping[str, Any]) -> None:
+def _apply_file(from_file: Mapping[str, Any], cli: MutableMapping[str, Any],
+                out: Compat) -> None:
+    """The settings of the config file's values, below every setting the command line
+    gave (horovodrun's rule)."""
+    extra: dict[str, Any] = {}
+    _apply_settings(from_file, extra, out)
     for name, key in _CORE_FROM_CONFIG.items():
-        if name in from_file and key not in cli:
+        if name in from_file:
             value = from_file[name]
-            cli[key] = float(value) if name in _NUMBERS else value
-    if from_file.get("use_mpi") and "launcher" not in cli and not params.get("use_gloo"):
-        cli["launcher"] = "mpi"
+            extra[key] = float(value) if name in _NUMBERS else value
+    if from_file.get("use_mpi"):
+        extra["launcher"] = "mpi"
+    for key, value in extra.items():
+        if key == "env":
+            cli["env"] = {**value, **cli.get("env", {})}
+        elif key not in cli:
+            cli[key] = value
 
 
 def _same(cli: MutableMapping[str, Any], key: str, value: Any, spelling: str,

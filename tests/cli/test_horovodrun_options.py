@@ -409,3 +409,13 @@ def test_the_runtime_of_each_rank_reads_the_knobs_horovodruns_spellings_set():
     assert res.returncode == 0, res.stderr
     assert sorted(res.stdout.splitlines()) == ["[0] 7 45.0 0.0 0.0 lo ERROR",
                                                "[1] 7 45.0 0.0 0.0 lo ERROR"]
+
+
+def test_gcuruns_own_spelling_on_the_command_line_wins_over_the_config_file(captured, capsys,
+                                                                             tmp_path):
+    path = _file(tmp_path, "c.yaml", "stall_check:\n  warning_time_seconds: 11\n"
+                                     "controller: mpi\n")
+    code, s, _, _, err = captured(capsys, "--config-file", path,
+                                  "--stall-check-warning-seconds", "5", "--gloo", "true")
+    assert code == 0, err
+    assert s.runtime.stall_check_warning_seconds == 5 and s.launcher is None
