@@ -117,6 +117,7 @@ def apply_log_level(level: str | None) -> None:
         _LOG_HANDLER = logging.StreamHandler()
         _LOG_HANDLER.setFormatter(_LowerLevelFormatter())
         logger.addHandler(_LOG_HANDLER)
+        logger.propagate = False   # a script's root handler would print each line twice
 
 
 def shutdown() -> None:
