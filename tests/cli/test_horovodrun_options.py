@@ -419,3 +419,13 @@ def test_gcuruns_own_spelling_on_the_command_line_wins_over_the_config_file(capt
                                   "--stall-check-warning-seconds", "5", "--gloo", "true")
     assert code == 0, err
     assert s.runtime.stall_check_warning_seconds == 5 and s.launcher is None
+
+
+def test_horovod_start_timeout_is_read_as_start_timeout_is(captured, capsys, monkeypatch):
+    monkeypatch.setenv("HOROVOD_START_TIMEOUT", "40")
+    code, s, _, _, err = captured(capsys, "true")
+    assert code == 0, err
+    assert s.ssh.timeout == 40 and s.sources["ssh.timeout"] == "env:HOROVOD_START_TIMEOUT"
+    monkeypatch.setenv("GCURUN_SSH_TIMEOUT", "20")
+    code, s, _, _, err = captured(capsys, "true")
+    assert s.ssh.timeout == 20
