@@ -65,6 +65,7 @@ def _launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str,
                       connect=not dry_run or bool(params.get("preflight")),
                       master_addr=settings.master_addr, master_port=settings.master_port)
     with job:
+        check_show_ranks(settings.show_ranks, job.plan.size)
         for warning in job.warnings:
             stderr.write(f"gcurun: warning: {warning}\n")
         if settings.report_bindings and not params.get("as_json"):
@@ -89,7 +90,8 @@ def _launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str,
         sink = OutputSink(stdout, stderr, color=use_color(params.get("color", "auto"), stdout,
                                                           environ),
                           show_ranks=settings.show_ranks,
-                          output_dir=job_logs(settings.output_dir, stderr))
+                          output_dir=job_logs(settings.output_dir, stderr),
+                          timestamps=bool(params.get("prefix_output_with_timestamp")))
         from gcurun.cli.sshlog import warnings_of
 
         with ssh_reports(stderr), warnings_of("gcurun.rendezvous", stderr):
@@ -116,6 +118,18 @@ def check_flags(params: Mapping[str, Any], settings: Settings) -> None:
     if params.get("preflight") and settings.launcher == "mpi":
         raise UsageError("--preflight checks the hosts gcurun reaches over SSH, but mpirun "
                          "reaches its hosts itself; drop --preflight or --mpi")
+
+
+def check_show_ranks(ranks: tuple[int, ...] | None, size: int) -> None:
+    """Refuse --show-ranks naming ranks the job does not have: it would show nothing of
+    them without a word."""
+    missing = sorted({r for r in ranks or () if r >= size})
+    if missing:
+        listed = ",".join(map(str, missing))
+        raise UsageError(f"--show-ranks: rank{'s' if len(missing) > 1 else ''} {listed} "
+                         f"{'are' if len(missing) > 1 else 'is'} not in this job of {size} "
+                         f"rank{'s' if size > 1 else ''} (0-{size - 1}); give ranks below "
+                         f"{size}")
 
 
 def mpirun_preview(plan: LaunchPlan, settings: Settings) -> tuple[tuple[str, ...], str | None]:

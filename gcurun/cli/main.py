@@ -20,7 +20,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def load_command(args: Sequence[str]) -> tuple[click.Command, list[str]]:
     """The click command that handles ``args``: a subcommand when the first argument names
-    one (``gcurun run ...`` is the explicit form of the default), else the run command."""
+    one (``gcurun run ...`` is the explicit form of the default), else the run command.
+    ``gcurun help [SUBCOMMAND]`` is that command's ``--help`` (the run command's for any
+    other word)."""
+    if args and args[0] == "help":
+        named = args[1] if len(args) > 1 and args[1] in SUBCOMMANDS else "run"
+        return load_command([named, "--help"])
     if args and args[0] in SUBCOMMANDS:
         module, attr = SUBCOMMANDS[args[0]]
         return getattr(__import__(module, fromlist=[attr]), attr), list(args[1:])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -11,6 +10,13 @@ from typing import Any
 import click
 
 from gcurun import __version__
+from gcurun.cli.horovodrun_options import (
+    AbbreviatingCommand,
+    apply_horovodrun_options,
+    horovodrun_options,
+    print_notices,
+    split_args,
+)
 from gcurun.errors import UsageError
 
 ACCELERATORS = ("gcu", "cuda", "rocm", "ascend", "mlu", "none")
@@ -44,7 +50,7 @@ def _options(func):
                      help="Number of ranks (default: every slot of the hosts)."),
         click.option("-H", "--hosts", "hosts", metavar="SPEC",
                      help="Hosts and slots: a:8,b:8  user@host:4  [fe80::1]:2  node[01-04]:8"),
-        click.option("--hostfile", type=click.Path(dir_okay=False), metavar="FILE",
+        click.option("-hostfile", "--hostfile", type=click.Path(dir_okay=False), metavar="FILE",
                      help="Hostfile with 'host slots=N' or 'host:N' lines."),
         click.option("--oversubscribe", is_flag=True, default=None,
                      help="Allow more ranks than slots."),
@@ -93,8 +99,8 @@ def _options(func):
                      default="auto", show_default=True, help="Colour rank prefixes."),
         # SSH
         click.option("--ssh-user", metavar="USER", help="Remote user."),
-        click.option("--ssh-port", type=int, metavar="PORT", help="Remote SSH port."),
-        click.option("--ssh-identity-file", metavar="FILE", help="Private key to use."),
+        click.option("-p", "--ssh-port", type=int, metavar="PORT", help="Remote SSH port."),
+        click.option("-i", "--ssh-identity-file", metavar="FILE", help="Private key to use."),
         click.option("--ssh-config", metavar="FILE", help="SSH config (default ~/.ssh/config)."),
         click.option("--ssh-timeout", type=float, metavar="S",
                      help="Seconds to connect and pass the preflight (default 10)."),
@@ -103,7 +109,9 @@ def _options(func):
         click.option("--python", metavar="PATH",
                      help="Remote Python (default: this interpreter's path)."),
         # MPI
-        click.option("--mpirun", metavar="PATH", help="mpirun to use (default: on PATH)."),
+        click.option("--mpirun", metavar="PATH",
+                     help="mpirun to use: a path, or a name looked for beside this Python "
+                          "first, then on PATH (default: mpirun)."),
         click.option("--mpi-args", metavar="ARGS", help="Extra mpirun arguments (quoted)."),
         click.option("--network-interface", metavar="NAME|CIDR",
                      help="Network between hosts (MPI's and the tcp runtime's): eth0 or "
@@ -115,7 +123,7 @@ def _options(func):
                      help="Engine cycle time (default 1)."),
         click.option("--timeline-filename", metavar="FILE",
                      help="Write a Chrome-trace timeline of the collectives."),
-        click.option("--timeline-mark-cycles", is_flag=True, default=None,
+        click.option("--timeline-mark-cycles/--no-timeline-mark-cycles", default=None,
                      help="Mark engine cycles in the timeline."),
         click.option("--stall-check-warning-seconds", type=float, metavar="S",
                      help="Warn about tensors not submitted by every rank (default 60)."),
@@ -147,7 +155,7 @@ def _options(func):
         click.option("--preflight", is_flag=True,
                      help="With --dry-run: connect to every SSH host, check it and show "
                           "its ranks' bindings."),
-        click.version_option(__version__, "--version", prog_name="gcurun"),
+        click.version_option(__version__, "-v", "--version", prog_name="gcurun"),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -156,6 +164,7 @@ def _options(func):
 
 EPILOG = """\b
 Subcommands:
+  gcurun help [SUBCOMMAND] this help, or a subcommand's
   gcurun check             versions, MPI, NUMA nodes and devices of this host
   gcurun bench allreduce   allreduce bandwidth table (--mpi: beside MPI_Allreduce)
   gcurun timeline summary  time per activity and costliest tensors of a timeline
@@ -169,18 +178,30 @@ Examples:
 
 
 @click.command(
-    "run", epilog=EPILOG,
+    "run", cls=AbbreviatingCommand, epilog=EPILOG,
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]})
 @_options
+@horovodrun_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, command: tuple[str, ...], **params: Any) -> int:
     """Start COMMAND once per rank on every host and supervise the job."""
     from gcurun.cli.job import launch
+    from gcurun.cli.launchlog import launcher_log
 
     environ = dict(os.environ)
-    return launch(command, given_settings(ctx, params, environ), params, environ,
-                  stdout=sys.stdout, stderr=sys.stderr)
+    cli = given_settings(ctx, params, environ)
+    compat = apply_horovodrun_options(given_params(ctx, params), cli, environ)
+    print_notices(compat.notices, sys.stderr)
+    with launcher_log(compat.log_level, sys.stderr, timestamps=compat.log_timestamps):
+        return launch(command, cli, params, environ, stdout=sys.stdout, stderr=sys.stderr)
+
+
+def given_params(ctx: click.Context, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters given on the command line (not defaults), by click name."""
+    return {name: value for name, value in params.items()
+            if value is not None and
+            ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
 
 
 def given_settings(ctx: click.Context, params: Mapping[str, Any],
@@ -188,9 +209,7 @@ def given_settings(ctx: click.Context, params: Mapping[str, Any],
     """The settings the user gave on the command line, keyed by dotted settings key."""
     from gcurun.hosts.api import HostSpec
 
-    given = {name: value for name, value in params.items()
-             if value is not None and
-             ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
+    given = given_params(ctx, params)
     cli: dict[str, Any] = {SETTING_KEYS[n]: v for n, v in given.items() if n in SETTING_KEYS}
     for flag, launcher in (("use_mpi", "mpi"), ("use_slurm", "slurm")):
         if given.get(flag):
@@ -215,7 +234,7 @@ def given_settings(ctx: click.Context, params: Mapping[str, Any],
     if "devices" in given:
         cli["devices"] = parse_id_list(given["devices"], "--devices")
     if "mpi_args" in given:
-        cli["mpi.args"] = tuple(shlex.split(given["mpi_args"]))
+        cli["mpi.args"] = split_args(given["mpi_args"], "--mpi-args")
     if "show_ranks" in given:
         cli["show_ranks"] = parse_rank_list(given["show_ranks"])
     if given.get("env"):

@@ -40,6 +40,17 @@ def check_output_dir(settings: Settings) -> None:
                          f"{problem}; give a directory this host can write")
 
 
+def check_workdir(settings: Settings, workdir: str, local_ranks: bool) -> None:
+    """Raise UsageError when ranks of this host (``local_ranks``) would start in a
+    ``workdir`` that is not a directory here. Remote hosts' bootstraps check it there when
+    the job starts, before any rank runs."""
+    if not local_ranks or settings.workdir is None or os.path.isdir(workdir):
+        return
+    problem = "not a directory" if os.path.exists(workdir) else "no such directory"
+    raise UsageError(f"{given_as(settings, 'workdir', settings.workdir)}: {problem} on "
+                     "this host, where ranks start; create it or give an existing directory")
+
+
 def check_timeline(settings: Settings, workdir: str, ranks: Iterable[int]) -> None:
     """Raise UsageError when a rank of ``ranks`` (those running on this host) would write
     the timeline where it cannot: rank 0, or every rank when the path holds ``{rank}``."""

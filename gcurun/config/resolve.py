@@ -70,6 +70,8 @@ _HOROVOD: dict[str, _Alias] = {
         KEYS_BY_PATH["runtime.stall_check_shutdown_seconds"]),
     "runtime.hierarchical_allreduce": _Alias(
         "HOROVOD_HIERARCHICAL_ALLREDUCE", KEYS_BY_PATH["runtime.hierarchical_allreduce"]),
+    # horovodrun's --start-timeout variable
+    "ssh.timeout": _Alias("HOROVOD_START_TIMEOUT", KEYS_BY_PATH["ssh.timeout"]),
 }
 
 

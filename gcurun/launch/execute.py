@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import queue
 import signal
 import threading
@@ -24,6 +25,8 @@ from gcurun.launch.supervision.supervise import (
     supervise,
 )
 
+log = logging.getLogger(__name__)
+
 
 class _Startable(Protocol):
     def start(self) -> None: ...
@@ -40,6 +43,22 @@ EXECUTORS: dict[str, str] = {
     "mpi": "gcurun.launch.mpi.rank_group:mpi_groups",
     "slurm": "gcurun.launch.slurm.rank_group:slurm_groups",
 }
+
+
+def log_pids(pids: Mapping[int, int]) -> None:
+    """Say which processes run the ranks, where the group knows them at start."""
+    if len(set(pids.values())) == 1 and len(pids) > 1:
+        log.info("started: pid %d runs ranks %s", next(iter(pids.values())),
+                 ",".join(map(str, sorted(pids))))
+    elif pids:
+        log.info("started: %s", ", ".join(f"rank {r} pid {p}" for r, p in sorted(pids.items())))
+
+
+def describe_group(group: RankGroup) -> str:
+    """``host a (SSHRankGroup)``: where a group's ranks run, for the launcher's log."""
+    host = getattr(group, "host", None)
+    where = f"host {host}" if host else "every host"
+    return f"{where} ({type(group).__name__})"
 
 
 def group_factory(launcher: str) -> GroupFactory:
@@ -111,6 +130,8 @@ def job_rendezvous(job: PreparedJob) -> Iterator[dict[str, str]]:
         server = RendezvousServer(addresses, 0, secret=secret, size=plan.size)
         server.start()
     host = "127.0.0.1" if all(r.is_local for r in plan.ranks) else ANY_ADDRESS
+    log.info("rendezvous of the tcp runtime listening on port %d (%s)", server.address[1],
+             ", ".join(addresses) if addresses else "every address")
     try:
         yield {RENDEZVOUS_VARIABLE: f"{host}:{server.address[1]}", SECRET_VARIABLE: secret.hex()}
     finally:
@@ -176,7 +197,9 @@ def _run_groups(job: PreparedJob, sink: OutputSink, secrets: Mapping[str, str]) 
     with signals_to(events):
         try:
             for group in groups:
+                log.info("starting the ranks of %s", describe_group(group))
                 group.start(events)  # type: ignore[arg-type]
+                log_pids(group.pids())
         except BaseException:
             # Whatever went wrong (a missing program, no thread or process left), every
             # group is stopped, the one being started too: terminate is safe at any point.

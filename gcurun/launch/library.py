@@ -86,7 +86,11 @@ def settings_from(given: Mapping[str, Any]) -> dict[str, Any]:
     for name in ELASTIC:
         if given.get(name) is not None:
             raise UsageError(f"gcurun.run: {name}={given[name]!r} configures an elastic job, "
-                             "which gcurun does not run; leave it out and give num_proc")
+                             "and gcurun.run runs a fixed set of ranks; start an elastic "
+                             "job with the command, its script wrapping the training in "
+                             "@hvd.elastic.run: gcurun --min-np 2 -H a:2,b:2 python "
+                             "train.py; or leave it out and give "
+                             "num_proc")
     num_proc, np = given.get("num_proc"), given.get("np")
     if np is not None:
         warnings.warn("gcurun.run: np is deprecated, use num_proc", DeprecationWarning,
@@ -114,7 +118,12 @@ def settings_from(given: Mapping[str, Any]) -> dict[str, Any]:
     if given.get("use_mpi"):
         cli["launcher"] = "mpi"
         if given.get("mpi_args") is not None:
-            cli["mpi.args"] = tuple(shlex.split(given["mpi_args"]))
+            try:
+                cli["mpi.args"] = tuple(shlex.split(given["mpi_args"]))
+            except ValueError as exc:
+                raise UsageError(f"gcurun.run: mpi_args={given['mpi_args']!r}: "
+                                 f"{str(exc).lower()}; quote the arguments as a shell "
+                                 "would") from None
     if given.get("network_interface") is not None:
         cli["mpi.network_interface"] = given["network_interface"]
     timeout = given.get("start_timeout")

@@ -13,6 +13,7 @@ The CLI, :func:`gcurun.run` and tests call it; executors run the :class:`Prepare
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,8 @@ from gcurun.launch.api import LaunchPlan
 
 if TYPE_CHECKING:
     from gcurun.launch.ssh.preflight import HostSession
+
+log = logging.getLogger(__name__)
 
 # What carries --network-interface to the ranks' tcp runtime.
 NETWORK_INTERFACE_VARIABLE = "GCURUN_NETWORK_INTERFACE"
@@ -116,6 +119,7 @@ def prepare(command: Sequence[str], settings: Settings, *,
     nothing started) or UsageError (a bad ssh config)."""
     plan = plan_job(command, settings, environ=environ, master_addr=master_addr,
                     master_port=master_port)
+    log_plan(plan, settings)
     crowded = crowding(plan, usable_cpus())
     if crowded and not settings.oversubscribe:
         raise PlanError(f"{crowded}; lower -np, add hosts, or pass --oversubscribe")
@@ -123,6 +127,26 @@ def prepare(command: Sequence[str], settings: Settings, *,
     if crowded:
         job.warnings = (f"{crowded} (allowed by --oversubscribe)", *job.warnings)
     return job
+
+
+def log_plan(plan: LaunchPlan, settings: Settings) -> None:
+    """Say what the plan decided: hosts, launcher kind and why, ports, each rank."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    sources = settings.sources
+    hosts = ", ".join(f"{h.name}:{len(plan.ranks_on(h.name))}" for h in plan.hosts
+                      if plan.ranks_on(h.name))
+    log.info("hosts (from %s): %s", sources.get("hosts", "default"), hosts)
+    why = f"from {sources['launcher']}" if settings.launcher is not None else \
+        ("every rank is on this host" if plan.launcher == "local" else
+         "a host is remote" if plan.launcher == "ssh" else "from the allocation")
+    log.info("launcher %s (%s); %d rank(s); accelerator %s (%s)", plan.launcher, why,
+             plan.size, plan.accelerator, plan.device_var or "no device variable")
+    log.info("MASTER_ADDR %s, MASTER_PORT %d; working directory %s", plan.master_addr,
+             plan.master_port, plan.workdir)
+    for r in plan.ranks:
+        log.debug("rank %d: host %s, local rank %d of %d, device %s, command %s", r.rank,
+                  r.host, r.local_rank, r.local_size, r.device, " ".join(r.argv))
 
 
 # Local ranks per CPU this process may use, beyond which a job needs --oversubscribe.
@@ -151,14 +175,17 @@ def prepare_plan(plan: LaunchPlan, settings: Settings, *,
                  environ: Mapping[str, str] | None = None,
                  connect: bool = True) -> PreparedJob:
     """Check the remote hosts of a placed ``plan`` and bind it; see :func:`prepare`."""
-    from gcurun.config.paths import check_output_dir, check_timeline
+    from gcurun.config.paths import check_output_dir, check_timeline, check_workdir
 
     check_output_dir(settings)
+    check_workdir(settings, plan.workdir, any(r.is_local for r in plan.ranks))
     check_timeline(settings, plan.workdir, (r.rank for r in plan.ranks if r.is_local))
     sessions: dict[str, HostSession] = {}
     if connect and plan.launcher == "ssh":
         from gcurun.launch.ssh.preflight import preflight_plan
 
+        remote = sorted({r.host for r in plan.ranks if not r.is_local})
+        log.info("checking %d remote host(s) over SSH: %s", len(remote), ", ".join(remote))
         sessions = preflight_plan(plan, settings)
     job = PreparedJob(plan, settings, sessions, connected=connect)
     environ = os.environ if environ is None else environ

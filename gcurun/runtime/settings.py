@@ -77,6 +77,9 @@ class RuntimeEnv:
     hierarchical_allreduce: bool | None = None
     # GCURUN_NETWORK_INTERFACE: the tcp backend's network between hosts, a NAME or a CIDR
     network_interface: str | None = None
+    # GCURUN_LOG_LEVEL (HOROVOD_LOG_LEVEL): the least level of the runtime's messages on
+    # stderr, a name of LOG_LEVELS; None leaves Python's logging as it is
+    log_level: str | None = None
 
 
 def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
@@ -100,6 +103,7 @@ def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
         elastic_worker=_int(environ, "GCURUN_ELASTIC_WORKER", 0),
         liveness_seconds=_positive(environ, "GCURUN_LIVENESS_TIMEOUT_SECONDS",
                                    DEFAULT_LIVENESS_SECONDS),
+        log_level=_log_level(environ, _pick(environ, "GCURUN_LOG_LEVEL")),
         **_engine_knobs(environ),
     )
 
@@ -115,7 +119,20 @@ HOROVOD_TWINS = {
     "GCURUN_CACHE_CAPACITY": "HOROVOD_CACHE_CAPACITY",
     "GCURUN_HIERARCHICAL_ALLREDUCE": "HOROVOD_HIERARCHICAL_ALLREDUCE",
     "GCURUN_NETWORK_INTERFACE": "HOROVOD_GLOO_IFACE",
+    "GCURUN_LOG_LEVEL": "HOROVOD_LOG_LEVEL",
 }
+
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
+
+
+def _log_level(environ: Mapping[str, str], name: str) -> str | None:
+    value = _text(environ, name)
+    if value is None or not value.strip():
+        return None
+    if value.strip().upper() not in LOG_LEVELS:
+        raise UsageError(f"{name}={value!r}: not a log level; use one of "
+                         f"{', '.join(LOG_LEVELS)}")
+    return value.strip().upper()
 
 
 def _pick(environ: Mapping[str, str], name: str) -> str:

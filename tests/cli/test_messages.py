@@ -19,9 +19,10 @@ needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs 
 
 def test_a_working_directory_that_is_a_file_is_named_as_such(tmp_path):
     res = run_gcurun("--workdir", "/etc/passwd", "-np", "1", "touch", str(tmp_path / "ran"))
-    assert res.returncode == 1
-    assert res.stderr == ("gcurun: error: working directory '/etc/passwd' is not a "
-                          "directory; pass a directory as --workdir\n")
+    assert res.returncode == 2
+    assert res.stderr == ("gcurun: error: --workdir '/etc/passwd': not a directory on this "
+                          "host, where ranks start; create it or give an existing "
+                          "directory\n")
     assert not (tmp_path / "ran").exists()
 
 

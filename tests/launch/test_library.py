@@ -105,11 +105,19 @@ def test_an_exception_that_cannot_travel_still_reports_its_text():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"min_num_proc": 2}, "gcurun.run: min_num_proc=2 configures an elastic job, which "
-                          "gcurun does not run; leave it out and give num_proc"),
+    ({"min_num_proc": 2}, "gcurun.run: min_num_proc=2 configures an elastic job, and "
+                          "gcurun.run runs a fixed set of ranks; start an elastic job with "
+                          "the command, its script wrapping the training in "
+                          "@hvd.elastic.run: gcurun --min-np 2 -H a:2,b:2 python train.py; "
+                          "or leave it out and give num_proc"),
+    ({"min_np": 2}, "gcurun.run: min_np=2 configures an elastic job, and gcurun.run runs "
+                    "a fixed set of ranks; start an elastic job with the command"),
     ({"slots": 4}, "gcurun.run: slots=4 configures an elastic job"),
     ({"mpi_args": "--mca x y"}, "gcurun.run: mpi_args is for mpirun launches; pass "
                                 "use_mpi=True too"),
+    ({"use_mpi": True, "mpi_args": '--mca "x'}, "gcurun.run: mpi_args='--mca \"x': no "
+                                                "closing quotation; quote the arguments as "
+                                                "a shell would"),
     ({"use_gloo": True, "use_mpi": True}, "gcurun.run: use_gloo and use_mpi exclude each "
                                           "other; give one"),
     ({"hosts": "localhost:1", "hostfile": "hosts.txt"}, "gcurun.run: give either hosts or "

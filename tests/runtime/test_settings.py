@@ -127,3 +127,20 @@ def test_backend_choice(variables: dict, comm: bool, backend: str) -> None:
 def test_a_communicator_needs_the_mpi_backend() -> None:
     with pytest.raises(UsageError, match="init\\(comm=...\\) needs the mpi backend"):
         choose_backend(parse_runtime_env({"GCURUN_BACKEND": "tcp"}), True)
+
+
+@pytest.mark.parametrize("environ, level", [
+    ({}, None),
+    ({"GCURUN_LOG_LEVEL": "debug"}, "DEBUG"),
+    ({"HOROVOD_LOG_LEVEL": "trace"}, "TRACE"),
+    ({"GCURUN_LOG_LEVEL": "ERROR", "HOROVOD_LOG_LEVEL": "debug"}, "ERROR"),
+])
+def test_the_log_level_comes_from_gcurun_log_level_or_horovods_name(environ, level):
+    assert parse_runtime_env(environ).log_level == level
+
+
+def test_a_bad_log_level_names_its_variable():
+    with pytest.raises(UsageError) as info:
+        parse_runtime_env({"HOROVOD_LOG_LEVEL": "loud"})
+    assert str(info.value) == ("HOROVOD_LOG_LEVEL='loud': not a log level; use one of TRACE, "
+                               "DEBUG, INFO, WARNING, ERROR, FATAL")

@@ -3,6 +3,7 @@ and fixed hosts (``-H`` with ``--min-np``)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Sequence
 
@@ -48,13 +49,28 @@ def parse_discovery_output(text: str, default_slots: int | None,
     return tuple(found.values())
 
 
+def discovery_argv(script: str) -> list[str]:
+    """How to run ``script``: a file that exists (``hosts.sh`` in this directory too, as
+    horovodrun runs it) by its path; a command line with arguments (``python3 find.py``)
+    through ``/bin/sh``, as horovodrun does; else a program looked for on PATH. Raises
+    DiscoveryError for a file that is not executable."""
+    if os.path.isfile(script):
+        if not os.access(script, os.X_OK):
+            raise DiscoveryError(f"discovery script '{script}' is not executable; run "
+                                 f"chmod +x {script}", 2)
+        return [os.path.abspath(script)]
+    if any(c.isspace() for c in script.strip()):
+        return ["/bin/sh", "-c", script]
+    return [script]
+
+
 def run_discovery(script: str, default_slots: int | None,
                   timeout: float) -> tuple[HostSpec, ...]:
     """Run ``script`` and parse what it prints. Raises DiscoveryError when it cannot
     run, exits non-zero, runs past ``timeout`` seconds or prints a bad line."""
     try:
-        done = subprocess.run([script], capture_output=True, timeout=timeout, check=False,
-                              text=True)
+        done = subprocess.run(discovery_argv(script), capture_output=True, timeout=timeout,
+                              check=False, text=True)
     except subprocess.TimeoutExpired:
         raise DiscoveryError(f"discovery script '{script}' ran past {timeout:g} s; make "
                              "it print the hosts and exit sooner") from None

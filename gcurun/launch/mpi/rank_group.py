@@ -11,9 +11,11 @@ reported as stopped by SIGTERM, which is what mpirun does to them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -144,6 +146,7 @@ class MpiRankGroup:
             self._remove_files()
             raise LaunchError(f"cannot run '{argv[0]}': not found on PATH; install MPI or "
                               "give mpirun's path with --mpirun")
+        logging.getLogger("gcurun.launch.mpi").info("running %s", shlex.join(argv))
         try:
             proc = subprocess.Popen(guarded(argv, self._grace), env=self._env,
                                     cwd=self._workdir, stdin=subprocess.DEVNULL,

@@ -108,7 +108,8 @@ def build_plan(
     ``forwarding`` is what of the launcher's environment ranks on other hosts get (kept
     apart from the ranks' environment: every rank shares it, and its values are never shown).
 
-    Raises PlanError for an empty command or host list, or ranks that do not fit.
+    Raises PlanError for an empty command or host list, ranks that do not fit, or the
+    local launcher given a host that is not this one.
     """
     if not command:
         raise PlanError("no command given; put it after the options: gcurun -np 2 python train.py")
@@ -122,6 +123,11 @@ def build_plan(
     all_local = all(local)
     if launcher is None:
         launcher = "local" if all_local else "ssh"
+    elif launcher == "local" and not all_local:
+        remote = next(h.name for (h, _), here in zip(used, local, strict=True) if not here)
+        raise PlanError(f"the local launcher starts ranks on this host only, but host "
+                        f"'{remote}' is not this host; drop --launcher local (remote hosts "
+                        "are reached over SSH) or give only this host's names")
     if master_addr is None:
         first = used[0][0]
         if all_local:

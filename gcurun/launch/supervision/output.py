@@ -19,6 +19,7 @@ import collections
 import datetime
 import os
 import re
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -176,8 +177,10 @@ class OutputSink:
         show_ranks: Iterable[int] | None = None,
         output_dir: str | None = None,
         tail_lines: int = 20,
+        timestamps: bool = False,
     ) -> None:
         self._color = color
+        self._timestamps = timestamps
         self._show = None if show_ranks is None else frozenset(show_ranks)
         self._dir = Path(output_dir) if output_dir else None
         hint = f" (every line is in the logs under {self._dir})" if self._dir else ""
@@ -262,5 +265,10 @@ class OutputSink:
         if self._show is not None and rank not in self._show:
             return
         prefix = self.prefix(rank)
+        if self._timestamps:
+            # horovodrun's -prefix-timestamp: the time the launcher saw the line
+            now = time.time()
+            prefix = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + \
+                f".{int(now % 1 * 1000):03d} " + prefix
         self._consoles[stream].offer("".join(
             prefix + (s if s.endswith(("\n", "\r")) else s + "\n") for s in segments))

@@ -9,6 +9,7 @@ console does, and the queue holds a bounded amount of output (:class:`EventQueue
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -22,6 +23,8 @@ from gcurun.launch.supervision.output import (
     CONSOLE_PATIENCE_INTERRUPTED,
     OutputSink,
 )
+
+log = logging.getLogger("gcurun.launch.supervision")
 
 # After the groups were told to stop, ranks get their grace period plus this long to
 # report their exit before they are declared lost.
@@ -179,13 +182,21 @@ def supervise(
             stoppers += stop_groups(groups, 0)
             deadline = min(deadline or clock(), clock() + EXIT_REPORT_SLACK)
             continue
+        if isinstance(event, ExitEvent):
+            log.info("rank %d exited: %s", event.rank,
+                     f"signal {event.signal}" if event.signal is not None
+                     else f"code {event.exit_code}")
         must_stop = _apply(state, event, sink)
         if must_stop and deadline is None:
+            log.info("stopping every rank (%s): SIGTERM, SIGKILL after %gs",
+                     "interrupted" if state.interrupt else f"rank {state.failure.rank} "
+                     "failed" if state.failure else "lost", grace_seconds)
             stoppers = stop_groups(groups, grace_seconds)
             deadline = clock() + grace_seconds + EXIT_REPORT_SLACK
     _drain_output(events, sink)
     if isinstance(events, EventQueue):
         events.unbound()
+    log.debug("closing every rank group")
     stoppers += stop_groups(groups, grace_seconds)
     for t in stoppers:
         t.join(grace_seconds + EXIT_REPORT_SLACK)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import logging
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ def init(comm: Any = None) -> None:
         if _state is not None:
             return
         env = read_runtime_env()
+        apply_log_level(env.log_level)
         backend = choose_backend(env, comm is not None)
         if backend == "mpi":
             state_ = _init_mpi(env, comm)
@@ -80,9 +82,42 @@ def init(comm: Any = None) -> None:
         else:
             state_ = _init_local(env)
         _state = _start_engine(state_)
+        layout = state_.topology
+        logging.getLogger("gcurun.runtime").info(
+            "rank %d of %d joined (local rank %d of %d), backend %s", layout.rank,
+            layout.size, layout.local_rank, layout.local_size, backend)
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True
+
+
+# The runtime's messages on stderr under GCURUN_LOG_LEVEL, installed once per process.
+_LOG_HANDLER: logging.Handler | None = None
+
+
+class _LowerLevelFormatter(logging.Formatter):
+    """``gcurun: warning: ...``, as the launcher's own messages read."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"gcurun: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def apply_log_level(level: str | None) -> None:
+    """Show the runtime's messages (the ``gcurun`` loggers) of ``level`` and above on
+    stderr, ``gcurun: <level>: ...`` (horovodrun's TRACE is DEBUG, FATAL is CRITICAL).
+    None leaves logging as the script set it up."""
+    global _LOG_HANDLER
+    if level is None:
+        return
+    number = {"TRACE": logging.DEBUG, "FATAL": logging.CRITICAL}.get(
+        level, logging.getLevelName(level))
+    logger = logging.getLogger("gcurun")
+    logger.setLevel(number)
+    if _LOG_HANDLER is None and not logger.handlers:
+        _LOG_HANDLER = logging.StreamHandler()
+        _LOG_HANDLER.setFormatter(_LowerLevelFormatter())
+        logger.addHandler(_LOG_HANDLER)
+        logger.propagate = False   # a script's root handler would print each line twice
 
 
 def shutdown() -> None:
