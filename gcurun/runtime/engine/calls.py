@@ -156,12 +156,22 @@ class Calls(Cycles):
                 grace = False
                 deadline = time.monotonic() + min(1.0, self.timeout / 4)
                 continue
-            who = (format_ranks(missing) + (" (not submitted there)" if missing else "")
-                   if missing else "the other ranks to submit it")
+            who = (format_ranks(missing) + " (not submitted there)" if missing
+                   else self._silent() or "the other ranks to submit it")
             raise CollectiveTimeout(
                 f"{op.title}: no progress for {self.timeout:g} s waiting for {who}; they "
                 "may be stuck, or submitting other tensors (set GCURUN_TIMEOUT_SECONDS to "
                 "wait longer)")
+
+    def _silent(self) -> str | None:
+        """The ranks this rank's engine waits for in the transport, if it does, as the
+        timeout names them (a rank that stopped answering holds every cycle up)."""
+        blocked = getattr(self.t, "blocked", None)
+        if blocked is None or not blocked.peers:
+            return None
+        return (f"{format_ranks(blocked.peers)}, which sent nothing to rank {self.rank} for "
+                f"{time.monotonic() - blocked.since:.1f} s (stopped, hung or unreachable, "
+                "or waiting in turn for a rank that is)")
 
     def set_timeline(self, template: str | None, mark_cycles: bool = False) -> None:
         """Write the timeline to ``template`` from the next cycle on (rank 0 alone unless
