@@ -89,6 +89,9 @@ class Cycles:
         self._handles: dict[int, Handle] = {}
         self._next_handle = 1
         self.auto_names = AutoNames()
+        # The first (Python) thread to call unnamed ops, and whether another one has.
+        self._auto_thread: threading.Thread | None = None
+        self.auto_shared = False
         self._pending: dict[str, Op] = {}           # the engine thread's own
         self._parked: dict[str, list[Op]] = {}      # auto-named ops waiting for their name
         self._joining: Op | None = None

@@ -56,6 +56,8 @@ class Collectives:
         auto = name is None
         if auto:
             name = self.engine.auto_name("allreduce")
+            if self.engine.auto_shared:     # (where calls of several threads are checked)
+                return self._usual(tensor, op, prescale, postscale, name, inplace, True)
         plan = self._plan(tensor, op, str(name), prescale, postscale)
         if plan is None or plan.run is None:
             return self._usual(tensor, op, prescale, postscale, name, inplace, auto)

@@ -37,6 +37,9 @@ class MPITransport:
     """Point-to-point on a private duplicate of ``comm``."""
 
     pieces_in_one_message = False       # sendrecv_parts: a message per piece
+    # What the current wait waits for, once it sleeps (read by the stall watch).
+    blocked: Blocked | None = None
+    _abort: str | None = None           # see job_aborted
 
     def __init__(self, comm: Any, timeout_seconds: float):
         from mpi4py import MPI
@@ -50,14 +53,12 @@ class MPITransport:
         self.timeout = timeout_seconds
         self._persistent: dict[Callable[[], None], tuple] = {}
         self._spin = Spin()
-        # What the current wait waits for, once it sleeps (read by the stall watch).
-        self.blocked: Blocked | None = None
-        self._abort: str | None = None
 
     def job_aborted(self, reason: str) -> None:
-        """End this rank's part: a call blocked now, and every later wait, raises
-        :class:`PeerFailureError` with ``reason`` (the first kept). Safe from any thread;
-        the other ranks learn of it when this one's failure ends the job."""
+        """End this rank's part: a call blocked now, and every later one that has to
+        wait, raises :class:`PeerFailureError` with ``reason`` (the first kept). Safe
+        from any thread; the other ranks learn of it when this one's failure ends the
+        job."""
         self._abort = self._abort or reason
 
     def send(self, buf: Buffer, dest: int) -> None:

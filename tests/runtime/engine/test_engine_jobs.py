@@ -232,3 +232,25 @@ def test_the_stall_watch_shuts_a_job_with_a_stopped_rank_down(tmp_path: Path) ->
         assert len(raised) == 1, job.stdout + job.stderr
         assert "the stall inspector shut the job down: rank 1 did not answer for " in \
             raised[0] and "(GCURUN_STALL_CHECK_SHUTDOWN_SECONDS=1)" in raised[0], raised
+
+
+@pytest.mark.parametrize("backend", ["tcp", pytest.param("mpi", marks=[pytest.mark.mpi,
+                                                                        needs_mpi])])
+def test_unnamed_allreduces_from_two_threads_are_right_or_refused(backend: str) -> None:
+    """Unnamed ops are matched by the order of the calls, which two threads calling at
+    once do not keep alike on every rank: each op pairs one thread's tensors with the
+    same thread's, or fails on every rank, never a silently wrong sum."""
+    calls = 200
+    job = run_job(backend, 2, "unnamed_threads.py", str(calls), timeout=120)
+    assert job.returncodes == [0] * len(job.returncodes), job.stdout + job.stderr
+    for rank in range(2):
+        for worker in ("worker-1", "worker-1000"):
+            tally = job.lines(f"rank {rank} {worker}: right=")
+            assert len(tally) == 1, job.stdout + job.stderr
+            counts = dict(item.split("=") for item in tally[0].split(": ")[1].split())
+            assert counts["wrong"] == "0", tally
+            assert int(counts["right"]) + int(counts["errors"]) == calls, tally
+            for line in job.lines(f"rank {rank} {worker} first error: "):
+                assert "this unnamed op came from different threads on different ranks" \
+                    in line and "Give each op a name (name=...)" in line, line
+        assert job.lines(f"rank {rank} then named: [2.0, 2.0]"), job.stdout
