@@ -1,6 +1,7 @@
 """The engine on real rank processes: ranks submitting the same tensors in different
 orders amid other ops, mismatches, fusion edge cases, join; the timeline of a known job
-(also of one killed mid-run); the stall inspector's warning and shutdown."""
+(also of one killed mid-run); the stall inspector's warning and shutdown, also of a rank
+stopped by SIGSTOP; unnamed ops from two threads at once."""
 
 from __future__ import annotations
 
