@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gcurun.errors import CollectiveError, CollectiveTimeout, PeerFailureError
@@ -82,6 +83,21 @@ class Transport(Protocol):
     # peers a message is a byte stream: each side may cut it as it likes. The ring
     # reduces what has arrived of a chunk while the rest, and the next chunks, still move
     # (tcp does, for peers on other hosts).
+    #
+    # And a ``blocked`` attribute: a :class:`Blocked` while a call has waited past its
+    # first quick spins without progress, else None (tcp and mpi have it; the engine's
+    # stall watch reads it from another thread to name a rank that does not answer).
+    # Where it is there, ``job_aborted(reason)`` makes every blocked and later call raise
+    # :class:`PeerFailureError` with ``reason`` on this rank alone.
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A transport call of this rank waits for ``peers``: no byte has moved since
+    ``since`` (a ``time.monotonic()`` reading)."""
+
+    peers: tuple[int, ...]
+    since: float
 
 
 class InFlight(Protocol):
@@ -118,5 +134,5 @@ class ArgumentError(CollectiveError, ValueError):
     """
 
 
-__all__ = ["ArgumentError", "Buffer", "CollectiveError", "CollectiveTimeout", "MismatchError",
-           "NotInitializedError", "PeerFailureError", "ReduceOp", "Transport"]
+__all__ = ["ArgumentError", "Blocked", "Buffer", "CollectiveError", "CollectiveTimeout",
+           "MismatchError", "NotInitializedError", "PeerFailureError", "ReduceOp", "Transport"]

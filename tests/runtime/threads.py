@@ -86,7 +86,10 @@ def in_threads(size: int, rank_main: Callable[[int], Any], timeout: float) -> li
         except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             errors[rank] = exc
 
-    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(size)]
+    # One name for every rank's thread, as every real rank's main thread is MainThread:
+    # the engine compares the threads that unnamed ops come from by name.
+    threads = [threading.Thread(target=run, args=(r,), daemon=True, name="rank-main")
+               for r in range(size)]
     for thread in threads:
         thread.start()
     for thread in threads:

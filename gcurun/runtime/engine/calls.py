@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from gcurun.runtime.api import CollectiveTimeout, PeerFailureError
 from gcurun.runtime.engine.cycles import Cycles
 from gcurun.runtime.engine.handles import Handle, HandleError
-from gcurun.runtime.engine.requests import DONE, PENDING, Op, OpKind
+from gcurun.runtime.engine.requests import DONE, PENDING, Op, OpKind, thread_tag
 from gcurun.runtime.engine.stall import format_ranks
 from gcurun.runtime.engine.timeline import timeline_path
 
@@ -22,8 +23,24 @@ class Calls(Cycles):
     def auto_name(self, label: str) -> str:
         """The next name for an unnamed op of kind ``label`` (``allreduce.unnamed.3``):
         unnamed calls must come in the same order on every rank (see
-        :mod:`.auto_names`)."""
+        :mod:`.auto_names`). Once a second thread names ops so, :attr:`auto_shared`
+        is set, for good."""
+        if not self.auto_shared:
+            thread = threading.current_thread()
+            if thread is not self._auto_thread and thread_tag() is not None:
+                if self._auto_thread is None:
+                    self._auto_thread = thread
+                else:
+                    self.auto_shared = True
         return self.auto_names.next(label)
+
+    def _check_threads(self, ops: Sequence[Op]) -> None:
+        """Once unnamed ops come from several threads, the coordinator sees each one
+        (none is taken as ready from the response cache), so that it can refuse, on
+        every rank, one that came from different threads (:func:`requests.agree`)."""
+        for op in ops:
+            if op.auto:
+                op.checked = True
 
     def submit(self, ops: Sequence[Op], grouped: bool = False) -> int:
         """Queue ``ops`` for the engine (all in one cycle); return their handle. Never
@@ -35,6 +52,8 @@ class Calls(Cycles):
         earlier op goes on."""
         with self._lock:
             self._refuse_pending_names(ops)
+            if self.auto_shared:
+                self._check_threads(ops)
             handle = self._next_handle
             self._next_handle += 1
             self._handles[handle] = Handle(list(ops), grouped)
@@ -86,6 +105,8 @@ class Calls(Cycles):
         try:
             with self._lock:
                 self._refuse_pending_names((op,))
+                if self.auto_shared:
+                    self._check_threads((op,))
                 self._enqueue((op,), notify=False)
             deadline = self._drive(op)
         finally:
@@ -156,12 +177,22 @@ class Calls(Cycles):
                 grace = False
                 deadline = time.monotonic() + min(1.0, self.timeout / 4)
                 continue
-            who = (format_ranks(missing) + (" (not submitted there)" if missing else "")
-                   if missing else "the other ranks to submit it")
+            who = (format_ranks(missing) + " (not submitted there)" if missing
+                   else self._silent() or "the other ranks to submit it")
             raise CollectiveTimeout(
                 f"{op.title}: no progress for {self.timeout:g} s waiting for {who}; they "
                 "may be stuck, or submitting other tensors (set GCURUN_TIMEOUT_SECONDS to "
                 "wait longer)")
+
+    def _silent(self) -> str | None:
+        """The ranks this rank's engine waits for in the transport, if it does, as the
+        timeout names them (a rank that stopped answering holds every cycle up)."""
+        blocked = getattr(self.t, "blocked", None)
+        if blocked is None or not blocked.peers:
+            return None
+        return (f"{format_ranks(blocked.peers)}, which sent nothing to rank {self.rank} for "
+                f"{time.monotonic() - blocked.since:.1f} s (stopped, hung or unreachable, "
+                "or waiting in turn for a rank that is)")
 
     def set_timeline(self, template: str | None, mark_cycles: bool = False) -> None:
         """Write the timeline to ``template`` from the next cycle on (rank 0 alone unless

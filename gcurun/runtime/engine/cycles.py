@@ -45,7 +45,7 @@ from gcurun.runtime.engine.handles import Handle, HandleError
 from gcurun.runtime.engine.negotiation import Controller
 from gcurun.runtime.engine.outcome import Outcome, ProtocolError
 from gcurun.runtime.engine.requests import AGREED, DONE, Agreed, Op, OpKind
-from gcurun.runtime.engine.stall import StallInspector
+from gcurun.runtime.engine.stall import SilenceWatch, StallInspector
 from gcurun.runtime.engine.timeline import Timeline, timeline_path
 from gcurun.runtime.settings import RuntimeEnv
 
@@ -89,6 +89,9 @@ class Cycles:
         self._handles: dict[int, Handle] = {}
         self._next_handle = 1
         self.auto_names = AutoNames()
+        # The first (Python) thread to call unnamed ops, and whether another one has.
+        self._auto_thread: threading.Thread | None = None
+        self.auto_shared = False
         self._pending: dict[str, Op] = {}           # the engine thread's own
         self._parked: dict[str, list[Op]] = {}      # auto-named ops waiting for their name
         self._joining: Op | None = None
@@ -105,6 +108,12 @@ class Cycles:
         self._quick_seen = 0                        # quick cycles the engine thread saw
         self._thread = threading.Thread(target=self._run, name="gcurun-engine", daemon=True)
         self._thread.start()
+        self._watch_done = threading.Event()
+        watch = SilenceWatch(self.rank, env.stall_check_warning_seconds,
+                             env.stall_check_shutdown_seconds)
+        if self.size > 1 and watch.interval and hasattr(transport, "blocked"):
+            threading.Thread(target=self._watch, args=(watch,), name="gcurun-stall-watch",
+                             daemon=True).start()
 
     def _open_timeline(self, template: str | None, mark_cycles: bool) -> Timeline | None:
         """This rank's timeline for ``template`` (None where this rank writes none)."""
@@ -155,10 +164,30 @@ class Cycles:
                     if self._due() <= time.monotonic():
                         self._one_cycle()
         finally:
+            self._watch_done.set()
             with self._cycling:         # (no caller runs a cycle any more)
                 self.executor.reducer.release()
             if self.timeline is not None:
                 self.timeline.close()
+
+    def _watch(self, watch: SilenceWatch) -> None:
+        """Now and then, look whether this rank's transport waits for ranks that do not
+        answer (see :mod:`.stall`): warn, and at the shutdown time end this rank's part
+        (and, where the transport can, the job) with the reason."""
+        while not self._watch_done.wait(watch.interval):
+            warn, shutdown = watch.observe(getattr(self.t, "blocked", None),
+                                           time.monotonic())
+            if warn is not None:
+                log.warning(warn)
+            if shutdown is not None:
+                for name in ("abort", "job_aborted"):
+                    call = getattr(self.t, name, None)
+                    if call is not None:
+                        try:
+                            call(f"{shutdown} (seen by rank {self.rank})")
+                        except Exception:  # best effort: the job is failing anyway
+                            pass
+                return
 
     def _one_cycle(self, body: Callable[[], bool] | None = None) -> None:
         """Run a cycle (holding ``_cycling``), or the rest of one (``body``); on the way

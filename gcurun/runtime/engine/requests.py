@@ -62,7 +62,8 @@ class Op:
 
     __slots__ = ("kind", "name", "arr", "src", "inplace", "dtype", "code", "shape", "rop",
                  "root", "prescale", "postscale", "splits", "error", "submitted_ns", "_event",
-                 "result", "exception", "position", "sent", "state", "key", "auto")
+                 "result", "exception", "position", "sent", "state", "key", "auto",
+                 "thread", "checked")
 
     def __init__(self, kind: OpKind, name: str, arr: np.ndarray | None = None,
                  src: np.ndarray | None = None, *, inplace: bool = False,
@@ -72,6 +73,11 @@ class Op:
         self.kind = kind
         self.name = name
         self.auto = auto                # the engine named it (the caller gave no name)
+        # An unnamed op's thread, which every rank's op of its name must share (None: a
+        # thread Python did not start, whose name differs between ranks); and whether
+        # the coordinator must see it every time (unnamed ops from several threads).
+        self.thread = thread_tag() if auto else None
+        self.checked = False
         # The caller's array (results are shaped like it) and its flat contiguous data;
         # ops without data (barrier) and ops with bad arguments (never run) have none.
         self.arr: np.ndarray = _NOTHING if arr is None else arr
@@ -108,7 +114,7 @@ class Op:
 
     @property
     def cacheable(self) -> bool:
-        return self.kind in CACHEABLE and self.error is None
+        return self.kind in CACHEABLE and self.error is None and not self.checked
 
     def finish(self, result: Any = None, exception: BaseException | None = None) -> None:
         self.result, self.exception = result, exception
@@ -201,7 +207,16 @@ def describe(op: Op, rank: int, conflict: bool) -> dict[str, Any]:
         "chunk_bytes": 0, "error": op.error, "kind": int(op.kind), "code": op.code,
         "rop": op.rop, "pre": op.prescale, "post": op.postscale,
         "splits": None if op.splits is None else list(op.splits), "conflict": conflict,
+        "thread": op.thread,
     }
+
+
+def thread_tag() -> str | None:
+    """The calling thread's name, the same on every rank for threads a script starts in
+    the same order (``MainThread``, ``Thread-1 (work)``); None for threads that Python
+    did not start (a framework's pool), whose names differ between ranks."""
+    thread = threading.current_thread()
+    return None if isinstance(thread, threading._DummyThread) else thread.name
 
 
 def agree(descriptions: Mapping[int, dict[str, Any]], size: int,
@@ -212,6 +227,9 @@ def agree(descriptions: Mapping[int, dict[str, Any]], size: int,
     first = descs[0]
     if any(d["error"] for d in descs) or _differs(descs):
         return disagreement_error(descs)
+    threads = {d.get("thread") for d in descs}
+    if len(threads) > 1 and None not in threads:
+        return _threads_error(descs)
     if len({(d["pre"], d["post"]) for d in descs}) > 1:
         lines = [f"  rank {d['rank']}: prescale_factor={d['pre']:g} "
                  f"postscale_factor={d['post']:g}" for d in descs]
@@ -235,6 +253,18 @@ def agree(descriptions: Mapping[int, dict[str, Any]], size: int,
     return Agreed(first["name"], int(kind), first["code"],
                   agreed_shape(kind, tuple(first["shape"])), first["rop"], first["root"],
                   first["pre"], first["post"], rows, splits)
+
+
+def _threads_error(descs: list[dict[str, Any]]) -> ArgumentError:
+    """Every rank's error for an unnamed op that came from different threads."""
+    first = descs[0]
+    lines = [f"  rank {d['rank']}: thread {d['thread']!r}" for d in descs]
+    return ArgumentError(
+        f"{first['op']} {first['name']!r}: this unnamed op came from different threads on "
+        "different ranks, so it would have combined unrelated tensors; unnamed ops are "
+        "matched across ranks by the order of the calls, which threads calling at once "
+        "do not keep. Give each op a name (name=...), the same on every rank:\n"
+        + "\n".join(lines))
 
 
 def _differs(descs: list[dict[str, Any]]) -> bool:

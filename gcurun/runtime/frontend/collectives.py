@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from gcurun.runtime.api import ReduceOp
+from gcurun.runtime.api import ArgumentError, ReduceOp
 from gcurun.runtime.engine.background import Engine
 from gcurun.runtime.engine.quick_negotiation import QuickPlan
 from gcurun.runtime.engine.requests import Op, OpKind
@@ -56,6 +56,8 @@ class Collectives:
         auto = name is None
         if auto:
             name = self.engine.auto_name("allreduce")
+            if self.engine.auto_shared:     # (where calls of several threads are checked)
+                return self._usual(tensor, op, prescale, postscale, name, inplace, True)
         plan = self._plan(tensor, op, str(name), prescale, postscale)
         if plan is None or plan.run is None:
             return self._usual(tensor, op, prescale, postscale, name, inplace, auto)
@@ -113,26 +115,54 @@ class Collectives:
                      auto=True))
 
     def broadcast_object(self, obj: Any, root_rank: int = 0, name: str | None = None) -> Any:
-        """``root_rank``'s object, pickled: a broadcast of its size, then of its bytes."""
+        """``root_rank``'s object, pickled: a broadcast of its size (and whether the root
+        could pickle it), then of its bytes. Raises :class:`ArgumentError` on every rank
+        when the root cannot pickle the object (its bytes are then the error's text, so
+        that no rank waits for data that never comes)."""
         base = op_name(self.engine, name, OpKind.BROADCAST_OBJECT)
         root, _ = root_of(self.engine, root_rank, self.members)
         is_root = root == self.rank
-        payload = pickle.dumps(obj) if is_root else b""
-        length = self.broadcast(np.array([len(payload)], np.int64), root_rank,
-                                f"{base}.size")
+        payload, error = _pickled(obj) if is_root else (b"", None)
+        head = self.broadcast(np.array([len(payload), error is not None], np.int64),
+                              root_rank, f"{base}.size")
         data = np.frombuffer(payload, np.uint8) if is_root else \
-            np.empty(int(length[0]), np.uint8)
+            np.empty(int(head[0]), np.uint8)
         received = self.broadcast(data, root_rank, f"{base}.data")
+        if head[1]:
+            raise ArgumentError(f"broadcast_object {base!r}: rank {root_rank} (the root) "
+                                f"could not pickle its object: "
+                                f"{received.tobytes().decode(errors='replace')}"
+                                ) from error
         return obj if is_root else pickle.loads(received.data)
 
     def allgather_object(self, obj: Any, name: str | None = None) -> list[Any]:
-        """Every rank's object, pickled: an allgather of sizes, then of the bytes."""
+        """Every rank's object, pickled: an allgather of sizes (and whether each rank
+        could pickle its object), then of the bytes. Raises :class:`ArgumentError` on
+        every rank when a rank cannot pickle its object (its bytes are then the error's
+        text), naming each such rank."""
         base = op_name(self.engine, name, OpKind.ALLGATHER_OBJECT)
-        payload = np.frombuffer(pickle.dumps(obj), np.uint8)
-        lengths = self.allgather(np.array([len(payload)], np.int64), f"{base}.size")
-        everything = self.allgather(payload, f"{base}.data")
-        pieces, offset = [], 0
-        for length in lengths.tolist():
-            pieces.append(pickle.loads(everything[offset:offset + length].data))
+        payload, error = _pickled(obj)
+        heads = self.allgather(np.array([[len(payload), error is not None]], np.int64),
+                               f"{base}.size")
+        everything = self.allgather(np.frombuffer(payload, np.uint8), f"{base}.data")
+        pieces, failed, offset = [], [], 0
+        for rank, (length, bad) in enumerate(heads.tolist()):
+            piece = everything[offset:offset + length]
             offset += length
+            if bad:
+                who = rank if self.members is None else self.members[rank]
+                failed.append(f"rank {who}: {piece.tobytes().decode(errors='replace')}")
+            elif not failed:
+                pieces.append(pickle.loads(piece.data))
+        if failed:
+            raise ArgumentError(f"allgather_object {base!r}: a rank could not pickle its "
+                                "object (" + "; ".join(failed) + ")") from error
         return pieces
+
+
+def _pickled(obj: Any) -> tuple[bytes, BaseException | None]:
+    """``obj`` pickled, or (when it cannot be) the text of the error, and the error."""
+    try:
+        return pickle.dumps(obj), None
+    except Exception as exc:    # PicklingError, TypeError, AttributeError, RecursionError
+        return f"{type(exc).__name__}: {exc}".encode(), exc

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gcurun.runtime.api import CollectiveTimeout, PeerFailureError
+from gcurun.runtime.api import Blocked, CollectiveTimeout, PeerFailureError
 from gcurun.runtime.transport._waiting import (
     YIELD_AFTER_SECONDS,
     Spin,
@@ -66,6 +66,8 @@ class Mover:
         self._aborted = aborted
         self._failure = failure
         self._spin = Spin()
+        # What the current wait waits for, once it sleeps (read by the stall watch).
+        self.blocked: Blocked | None = None
 
     def progress(self, links: list[Link], done: Callable[[], bool] | None = None) -> None:
         """Move every queued send and receive of ``links`` until all are done, or until
@@ -185,6 +187,8 @@ class Mover:
         while True:
             if self._ready(links, poll):
                 self._spin.ended(time.monotonic() - last_moved)
+                if self.blocked is not None:
+                    self.blocked = None
                 return
             for link in links:
                 if link.hung_up and (link.sends or link.recvs):
@@ -201,6 +205,9 @@ class Mover:
                 break
             if waited > YIELD_AFTER_SECONDS:
                 os.sched_yield()
+        blocked = self.blocked
+        if blocked is None or blocked.since != last_moved:
+            self.blocked = Blocked(_stuck(links), last_moved)
         self._sleep(links, poller, waited)
         self._spin.ended(time.monotonic() - last_moved)
 
@@ -266,10 +273,9 @@ class Mover:
         return self._failure(link.peer, f"the connection broke ({exc.strerror or exc})")
 
     def _timeout(self, links: list[Link]) -> CollectiveTimeout:
-        stuck = [link.peer for link in links if link.sends or link.recvs]
         return CollectiveTimeout(
             f"no progress for {self.timeout:g} s waiting for "
-            + " and ".join(f"rank {peer}" for peer in stuck)
+            + " and ".join(f"rank {peer}" for peer in _stuck(links))
             + "; it may be stuck, or not calling this collective (set "
             "GCURUN_TIMEOUT_SECONDS to wait longer)")
 
@@ -312,6 +318,11 @@ class Streaming:
     def _done(self) -> bool:
         return self._arrived() == self._total and all(
             op[1] == len(op[0]) for op in self._sends)
+
+
+def _stuck(links: list[Link]) -> tuple[int, ...]:
+    """The peers of ``links`` that still have bytes to move."""
+    return tuple(link.peer for link in links if link.sends or link.recvs)
 
 
 def _never(_timeout: int) -> list:

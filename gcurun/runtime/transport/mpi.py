@@ -6,8 +6,8 @@ instead of blocking in ``Waitall`` so that a rank that never arrives becomes a
 :class:`CollectiveTimeout` rather than a hang; the poll spins (yielding the CPU now and
 then, so oversubscribed jobs still progress), then tests and sleeps, longer and longer
 (:mod:`gcurun.runtime.transport._waiting`): a rank waiting for a slow one costs almost
-no CPU. Only sends that complete eagerly,
-without the peer (up to ``EAGER_BYTES``), are finished by a blocking call.
+no CPU. No call blocks in MPI itself, not even a send of a few bytes: one to a stopped
+rank can block in Open MPI's shared memory, out of the timeout's reach.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from gcurun.runtime.api import Buffer, CollectiveTimeout, PeerFailureError
+from gcurun.runtime.api import Blocked, Buffer, CollectiveTimeout, PeerFailureError
 from gcurun.runtime.settings import RankFacts
 from gcurun.runtime.transport._waiting import (
     YIELD_AFTER_SECONDS,
@@ -28,9 +28,6 @@ from gcurun.runtime.transport._waiting import (
 )
 
 TAG = 0x6763
-# Messages up to this size complete eagerly in every MPI we know; a blocking Send of one
-# cannot wait for the receiver.
-EAGER_BYTES = 1024
 # MPI counts are C ints: larger messages go in pieces (both sides split the same way).
 PIECE_BYTES = 1 << 30
 FAST_SPINS = 200
@@ -40,6 +37,9 @@ class MPITransport:
     """Point-to-point on a private duplicate of ``comm``."""
 
     pieces_in_one_message = False       # sendrecv_parts: a message per piece
+    # What the current wait waits for, once it sleeps (read by the stall watch).
+    blocked: Blocked | None = None
+    _abort: str | None = None           # see job_aborted
 
     def __init__(self, comm: Any, timeout_seconds: float):
         from mpi4py import MPI
@@ -53,6 +53,13 @@ class MPITransport:
         self.timeout = timeout_seconds
         self._persistent: dict[Callable[[], None], tuple] = {}
         self._spin = Spin()
+
+    def job_aborted(self, reason: str) -> None:
+        """End this rank's part: a call blocked now, and every later one that has to
+        wait, raises :class:`PeerFailureError` with ``reason`` (the first kept). Safe
+        from any thread; the other ranks learn of it when this one's failure ends the
+        job."""
+        self._abort = self._abort or reason
 
     def send(self, buf: Buffer, dest: int) -> None:
         self._transfer(buf, dest, None, dest)
@@ -124,12 +131,9 @@ class MPITransport:
         # Bound methods of the two requests, cheaper than Startall/Testall over a list.
         start_receive, start_send, test_receive = receive.Start, send.Start, receive.Test
         exception = self._mpi.Exception
-        if send_bytes <= EAGER_BYTES:
-            finish_send = send.Wait     # it completes eagerly, without the peer
-        else:
-            def finish_send() -> None:  # once the peer has read it: a deadline
-                if not send.Test():
-                    self._wait([send], [dest])
+        def finish_send() -> None:      # (with a deadline, even a small one: see _transfer)
+            if not send.Test():
+                self._wait([send], [dest])
 
         def run() -> None:
             try:
@@ -174,13 +178,11 @@ class MPITransport:
             if recv_bytes:
                 requests.append(comm.Irecv([recvbuf, byte], source, TAG))
             if send_bytes:
-                if send_bytes <= EAGER_BYTES:
-                    comm.Send([sendbuf, byte], dest, TAG)
-                else:
-                    requests.append(comm.Isend([sendbuf, byte], dest, TAG))
+                # Never a blocking Send, even of a few bytes: one to a stopped rank can
+                # block (Open MPI's shared memory), out of reach of the timeout.
+                requests.append(comm.Isend([sendbuf, byte], dest, TAG))
             if requests and not self._mpi.Request.Testall(requests):
-                peers = ([source] if recv_bytes else []) + ([dest] if send_bytes > EAGER_BYTES
-                                                            else [])
+                peers = ([source] if recv_bytes else []) + ([dest] if send_bytes else [])
                 self._wait(requests, peers)
         except self._mpi.Exception as exc:
             raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
@@ -201,9 +203,7 @@ class MPITransport:
                 continue
             waited = time.monotonic() - start
             if waited > self.timeout:
-                stuck = sorted({peer for request, peer in zip(requests, peers, strict=True)
-                                if not request.Test()})
-                names = " and ".join(f"rank {peer}" for peer in stuck)
+                names = " and ".join(f"rank {peer}" for peer in _waiting_for(requests, peers))
                 raise CollectiveTimeout(
                     f"no progress for {self.timeout:g} s waiting for {names}; it may be "
                     "stuck, or not calling this collective (set GCURUN_TIMEOUT_SECONDS to "
@@ -212,10 +212,16 @@ class MPITransport:
                 if waited > YIELD_AFTER_SECONDS:
                     os.sched_yield()
                 continue
-            sleeping = True
+            if not sleeping:
+                sleeping = True
+                self.blocked = Blocked(_waiting_for(requests, peers), start)
+            if self._abort is not None:
+                raise PeerFailureError(self._abort)
             if not yield_ran_others():
                 time.sleep(nap(waited))
         spin.ended(time.monotonic() - start)
+        if sleeping:
+            self.blocked = None
 
     def close(self) -> None:
         comm, self.comm = self.comm, None
@@ -228,6 +234,13 @@ class MPITransport:
                 comm.Free()
             except self._mpi.Exception:
                 pass
+
+
+def _waiting_for(requests: list, peers: list[int]) -> tuple[int, ...]:
+    """The ranks whose requests of ``requests`` are not done (``peers[i]``: the rank that
+    ``requests[i]`` waits for)."""
+    return tuple(sorted({peer for request, peer in zip(requests, peers, strict=True)
+                         if not request.Test()}))
 
 
 def _messages(bufs: Sequence[Buffer]) -> list[Buffer]:

@@ -25,7 +25,7 @@ from functools import partial
 
 import numpy as np
 
-from gcurun.runtime.api import Buffer
+from gcurun.runtime.api import Blocked, Buffer
 from gcurun.runtime.transport._tcp_common import CMA_MIN_BYTES, FAST_READS, MAX_EXTENTS, describe
 from gcurun.runtime.transport.links import Link, Streaming
 from gcurun.runtime.transport.tcp_connections import Connections
@@ -38,6 +38,11 @@ class TCPTransport(Connections):
 
     # sendrecv_parts moves a message of many pieces as one (one descriptor, one read).
     pieces_in_one_message = True
+
+    @property
+    def blocked(self) -> Blocked | None:
+        """What a call of this rank waits for, once it sleeps (see :class:`Blocked`)."""
+        return self._mover.blocked
 
     # -- data -----------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The engine on real rank processes: ranks submitting the same tensors in different
 orders amid other ops, mismatches, fusion edge cases, join; the timeline of a known job
-(also of one killed mid-run); the stall inspector's warning and shutdown."""
+(also of one killed mid-run); the stall inspector's warning and shutdown, also of a rank
+stopped by SIGSTOP; unnamed ops from two threads at once."""
 
 from __future__ import annotations
 
@@ -170,3 +171,87 @@ def test_the_launchers_knobs_reach_the_engine(tmp_path: Path) -> None:
     # Fusion is off: no tensor was copied into a fusion buffer.
     assert not any(e["name"] == "MEMCPY_IN_FUSION_BUFFER" for e in events)
     assert any(e["name"] == "RING_ALLGATHER" for e in events)
+
+
+STOPPED = [
+    pytest.param("tcp", 2, id="tcp-2"),
+    pytest.param("tcp", 4, id="tcp-4"),
+    pytest.param("mpi", 2, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
+    pytest.param("mpi", 4, id="mpi-4", marks=[pytest.mark.mpi, needs_mpi]),
+]
+
+
+@pytest.mark.parametrize(("backend", "size"), STOPPED)
+def test_a_stopped_rank_is_named_by_the_stall_warning_and_the_timeout(
+        backend: str, size: int, tmp_path: Path) -> None:
+    """A rank stopped by SIGSTOP takes part in no cycle, so the coordinator's inspection
+    never runs; every waiting rank's watch names the ranks its transport waits for, and
+    the timeout every waiting rank raises names the rank that never answered (with two
+    ranks, the stopped one; with more, a rank may wait for another that waits in turn,
+    and the stopped one is the rank that is named and names nobody)."""
+    stopped = size // 2
+    job = run_job(backend, size, "stopped_rank.py", str(tmp_path), str(stopped),
+                  env={"GCURUN_STALL_CHECK_WARNING_SECONDS": "0.5",
+                       "GCURUN_TIMEOUT_SECONDS": "4"}, timeout=90)
+    waiting = [r for r in range(size) if r != stopped]
+    warned = {r: job.lines(f"rank {r} logged: gcurun stall inspector: rank {r} has waited ")
+              for r in range(size)}
+    assert not warned[stopped], warned[stopped]
+    assert all(warned[r] for r in waiting), job.stdout + job.stderr
+    assert "which sent nothing in that time" in warned[waiting[0]][0]
+    named = {r: {int(word) for line in warned[r]
+                 for word in [line.split(" s for rank ")[1].split(",")[0]]}
+             for r in waiting}
+    assert stopped in set().union(*named.values()), named
+    assert all(named[r] <= set(waiting) | {stopped} for r in waiting), named
+    for rank in waiting:
+        raised = job.lines(f"rank {rank} raised ")
+        assert len(raised) == 1, job.stdout + job.stderr
+        assert "allreduce 'after.stop'" in raised[0] and "waiting for rank " in raised[0]
+        if size == 2:
+            assert "no progress for 4 s waiting for rank 1;" in raised[0], raised
+    assert any(f"waiting for rank {stopped}" in line for line in job.lines("rank ")
+               if " raised " in line), job.stdout
+
+
+def test_the_stall_watch_follows_horovods_disable_switch(tmp_path: Path) -> None:
+    job = run_tcp(2, "stopped_rank.py", str(tmp_path), "1",
+                  env={"HOROVOD_STALL_CHECK_DISABLE": "1", "GCURUN_TIMEOUT_SECONDS": "2"},
+                  timeout=60)
+    assert job.lines("rank 0 raised CollectiveTimeout: allreduce 'after.stop': no progress "
+                     "for 2 s waiting for rank 1;"), job.stdout + job.stderr
+    assert "stall inspector" not in job.stdout, job.stdout
+
+
+def test_the_stall_watch_shuts_a_job_with_a_stopped_rank_down(tmp_path: Path) -> None:
+    job = run_tcp(3, "stopped_rank.py", str(tmp_path), "1",
+                  env={"GCURUN_STALL_CHECK_WARNING_SECONDS": "0.3",
+                       "GCURUN_STALL_CHECK_SHUTDOWN_SECONDS": "1",
+                       "GCURUN_TIMEOUT_SECONDS": "120"}, timeout=60)
+    for rank in (0, 2):
+        raised = job.lines(f"rank {rank} raised ")
+        assert len(raised) == 1, job.stdout + job.stderr
+        assert "the stall inspector shut the job down: rank 1 did not answer for " in \
+            raised[0] and "(GCURUN_STALL_CHECK_SHUTDOWN_SECONDS=1)" in raised[0], raised
+
+
+@pytest.mark.parametrize("backend", ["tcp", pytest.param("mpi", marks=[pytest.mark.mpi,
+                                                                        needs_mpi])])
+def test_unnamed_allreduces_from_two_threads_are_right_or_refused(backend: str) -> None:
+    """Unnamed ops are matched by the order of the calls, which two threads calling at
+    once do not keep alike on every rank: each op pairs one thread's tensors with the
+    same thread's, or fails on every rank, never a silently wrong sum."""
+    calls = 200
+    job = run_job(backend, 2, "unnamed_threads.py", str(calls), timeout=120)
+    assert job.returncodes == [0] * len(job.returncodes), job.stdout + job.stderr
+    for rank in range(2):
+        for worker in ("worker-1", "worker-1000"):
+            tally = job.lines(f"rank {rank} {worker}: right=")
+            assert len(tally) == 1, job.stdout + job.stderr
+            counts = dict(item.split("=") for item in tally[0].split(": ")[1].split())
+            assert counts["wrong"] == "0", tally
+            assert int(counts["right"]) + int(counts["errors"]) == calls, tally
+            for line in job.lines(f"rank {rank} {worker} first error: "):
+                assert "this unnamed op came from different threads on different ranks" \
+                    in line and "Give each op a name (name=...)" in line, line
+        assert job.lines(f"rank {rank} then named: [2.0, 2.0]"), job.stdout

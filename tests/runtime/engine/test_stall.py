@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from gcurun.runtime.engine.stall import StallInspector, format_ranks, stall_warning
+from gcurun.runtime.api import Blocked
+from gcurun.runtime.engine.stall import (
+    SilenceWatch,
+    StallInspector,
+    format_ranks,
+    stall_warning,
+)
 
 
 def test_warnings_reports_and_shutdown_follow_the_clock() -> None:
@@ -41,3 +47,26 @@ def test_the_warning_text() -> None:
     assert "  allreduce 'g.1': waited 2.5 s for ranks 1, 2" in text
     assert format_ranks([3]) == "rank 3"
     assert format_ranks(range(10)) == "ranks 0, 1, 2, 3, 4, 5, 6, 7 and 2 more"
+
+
+def test_the_silence_watch_warns_each_period_and_shuts_down_on_the_clock() -> None:
+    watch = SilenceWatch(0, warning_seconds=5, shutdown_seconds=12)
+    assert watch.interval == 1.0
+    assert watch.observe(None, 100.0) == (None, None)
+    wait = Blocked((1,), 100.0)
+    assert watch.observe(wait, 104.0) == (None, None)
+    warn, shutdown = watch.observe(wait, 105.5)
+    assert warn is not None and shutdown is None
+    assert warn.startswith("gcurun stall inspector: rank 0 has waited 5.5 s for rank 1, "
+                           "which sent nothing in that time")
+    assert watch.observe(wait, 108.0) == (None, None)       # again only after 5 s
+    warn, shutdown = watch.observe(wait, 112.0)
+    assert warn is not None and shutdown is not None
+    assert shutdown.startswith("the stall inspector shut the job down: rank 1 did not "
+                               "answer for 12.0 s (GCURUN_STALL_CHECK_SHUTDOWN_SECONDS=12)")
+    assert watch.observe(Blocked((2, 3), 112.5), 113.0) == (None, None)    # a new wait
+
+
+def test_the_silence_watch_is_off_with_both_times_zero() -> None:
+    assert SilenceWatch(0, 0, 0).interval == 0
+    assert SilenceWatch(0, 0.2, 0).interval == 0.05
