@@ -49,9 +49,7 @@ def rank_to_dict(r: RankSpec, shared: Mapping[str, str] | None = None) -> dict[s
         "rank": r.rank, "local_rank": r.local_rank, "local_size": r.local_size,
         "cross_rank": r.cross_rank, "cross_size": r.cross_size,
         "node_rank": r.node_rank, "host": r.host, "local": r.is_local,
-        "device": r.device,
-        "visible_devices": None if r.visible_devices is None else list(r.visible_devices),
-        "argv": list(r.argv),
+        "device": r.device, "argv": list(r.argv),
         "binding": None if r.binding is None else {
             "cpus": list(r.binding.cpus), "numa_node": r.binding.numa_node,
             "mem_bind": r.binding.mem_bind},
@@ -95,7 +93,7 @@ def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: Text
         return
     out.write(f"launcher {plan.launcher}, {plan.size} ranks on {len(plan.hosts)} "
               f"host(s), accelerator {plan.accelerator}"
-              + (f" ({plan.device_var}: {device_mode(plan)})" if plan.device_var else "")
+              + (f" ({device_mode(plan)})" if plan.device_var else "")
               + "\n")
     header = ("rank", "host", "local", "cross", "node", "device", "visible", "cpus", "command")
     out.write(columns([header, *(group_row(group, plan.device_isolation)
@@ -118,10 +116,11 @@ def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: Text
 
 
 def device_mode(plan: LaunchPlan) -> str:
-    """What each rank's device variable lists, in words."""
+    """The device variable and what it lists for each rank, in words."""
     if plan.device_isolation:
-        return "--device-isolation, each rank sees its own device alone, at index 0"
-    return "each rank sees its host's devices, its own at index LOCAL_RANK"
+        return (f"{plan.device_var}, --device-isolation: each rank sees its own device "
+                "alone, at index 0")
+    return f"{plan.device_var}: each rank sees its host's devices, its own at index LOCAL_RANK"
 
 
 def rank_groups(ranks: Sequence[RankSpec], isolated: bool = False) -> list[list[RankSpec]]:
@@ -136,7 +135,8 @@ def rank_groups(ranks: Sequence[RankSpec], isolated: bool = False) -> list[list[
                 (r.host, r.node_rank, r.local_size, r.cross_rank, r.cross_size, r.binding,
                  r.argv) == (last.host, last.node_rank, last.local_size, last.cross_rank,
                              last.cross_size, last.binding, last.argv) and \
-                (isolated or r.visible_devices == last.visible_devices):
+                (isolated or r.visible_devices is last.visible_devices or
+                 r.visible_devices == last.visible_devices):
             groups[-1].append(r)
         else:
             groups.append([r])

@@ -16,6 +16,7 @@ from gcurun.launch.remote.rank_env import (
     PADDLE_DEVICES,
     PADDLE_ENDPOINTS_VARIABLE,
     RANK_FACTS,
+    DeviceList,
     Endpoints,
     paddle_endpoints,
     rank_environment,
@@ -202,9 +203,10 @@ def build_plan(
     ranks: list[RankSpec] = []
     for node_rank, (host, count) in enumerate(used):
         ids = host_devices(host, devices, count) if device_var else ()
+        shared = DeviceList(ids)
         for local_rank in range(count):
             device = ids[local_rank] if device_var else None
-            visible = None if device is None or device_isolation else ids
+            visible = None if device is None or device_isolation else shared
             cross_rank = hosts_before[local_rank]
             env = dict(job_env or {})
             env.update(rank_environment(
@@ -218,8 +220,8 @@ def build_plan(
                 cross_rank=cross_rank, cross_size=cross_sizes[local_rank],
                 node_rank=node_rank, host=host.name, is_local=local[node_rank],
                 device=device, argv=tuple(command), env=env,
-                visible_devices=(device,) if visible is None and device is not None
-                else visible))
+                visible_devices=None if device is None else
+                (device,) if visible is None else shared.ids))
         for local_rank in range(count):
             hosts_before[local_rank] += 1
     return LaunchPlan(

@@ -85,6 +85,15 @@ class Endpoints:
         self.joined = joined if fits else None
 
 
+class DeviceList:
+    """The devices a host's ranks see, and the device variable's value, joined once (a
+    host of N ranks would otherwise join its list N times)."""
+
+    def __init__(self, ids: Sequence[str]) -> None:
+        self.ids = tuple(ids)
+        self.joined = ",".join(self.ids)
+
+
 def rank_environment(
     *,
     rank: int,
@@ -99,7 +108,7 @@ def rank_environment(
     master_port: int,
     device_var: str | None,
     device: str | None,
-    visible_devices: Sequence[str] | None = None,
+    visible_devices: DeviceList | Sequence[str] | None = None,
     node_count: int | None = None,
     endpoints: Endpoints | None = None,
 ) -> dict[str, str]:
@@ -111,8 +120,8 @@ def rank_environment(
 
     ``device`` is the rank's own device id (GCURUN_DEVICE); ``visible_devices`` what the
     device variable lists, the devices of the rank's host in local-rank order (so index
-    LOCAL_RANK is ``device``), or None for one-device-per-rank isolation (the variable
-    lists ``device`` alone, index 0). ``node_count`` is the number of hosts of the job
+    LOCAL_RANK is ``device``; a :class:`DeviceList` the host's ranks share), or None for
+    one-device-per-rank isolation (the variable lists ``device`` alone, index 0). ``node_count`` is the number of hosts of the job
     (default: ``cross_size``); ``endpoints`` every rank's Paddle endpoint
     (:class:`Endpoints`), when known.
 
@@ -143,9 +152,12 @@ def rank_environment(
     )
     index = 0
     if device_var and device is not None:
-        visible = (device,) if visible_devices is None else tuple(visible_devices)
-        index = device_index(visible, device, local_rank)
-        env[device_var] = ",".join(visible)
+        if visible_devices is None:
+            visible_devices = (device,)
+        if not isinstance(visible_devices, DeviceList):
+            visible_devices = DeviceList(visible_devices)
+        index = device_index(visible_devices.ids, device, local_rank)
+        env[device_var] = visible_devices.joined
         env[DEVICE_VARIABLE] = device
     env.update(framework_environment(
         rank=rank, size=size, local_rank=local_rank, local_size=local_size,
