@@ -507,7 +507,8 @@ def test_explain_settings_lists_every_key_with_value_and_source():
     by_key = {key: (value, source) for key, value, source in rows}
     assert [row[0] for row in rows if "." not in row[0] or row[0].startswith("env.")] == [
         "np", "hosts", "hostfile", "oversubscribe", "accelerator", "devices",
-        "device_isolation", "launcher", "env", "env.A", "forward_env", "bind_to", "map_by", "report_bindings", "output_dir",
+        "device_isolation", "launcher", "env", "env.A", "forward_env", "bind_to", "map_by",
+        "report_bindings", "output_dir",
         "show_ranks", "grace_seconds", "workdir", "master_addr", "master_port"]
     assert by_key["np"] == (4, "cli")
     assert by_key["env.A"] == ("x", "profile:p.yaml:2")

@@ -121,9 +121,9 @@ def rank_environment(
     ``device`` is the rank's own device id (GCURUN_DEVICE); ``visible_devices`` what the
     device variable lists, the devices of the rank's host in local-rank order (so index
     LOCAL_RANK is ``device``; a :class:`DeviceList` the host's ranks share), or None for
-    one-device-per-rank isolation (the variable lists ``device`` alone, index 0). ``node_count`` is the number of hosts of the job
-    (default: ``cross_size``); ``endpoints`` every rank's Paddle endpoint
-    (:class:`Endpoints`), when known.
+    one-device-per-rank isolation (the variable lists ``device`` alone, index 0).
+    ``node_count`` is the number of hosts of the job (default: ``cross_size``);
+    ``endpoints`` every rank's Paddle endpoint (:class:`Endpoints`), when known.
 
     Raises ValueError when ``visible_devices`` does not list ``device``.
     """
