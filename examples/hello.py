@@ -11,7 +11,7 @@ import numpy as np
 import gcurun.runtime as hvd
 
 hvd.init()
-device = os.environ.get("TOPS_VISIBLE_DEVICES", "-")
+device = os.environ.get("GCURUN_DEVICE", "-")   # its own, whatever the accelerator
 total = hvd.allreduce(np.array([hvd.rank()], dtype=np.int64), op=hvd.Sum, name="ranks")
 print(f"rank {hvd.rank()} of {hvd.size()} on {hvd.backend()} backend, device {device}: "
       f"sum of ranks = {int(total[0])}")

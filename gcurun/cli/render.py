@@ -19,6 +19,7 @@ def plan_header(plan: LaunchPlan) -> dict[str, Any]:
         "size": plan.size,
         "accelerator": plan.accelerator,
         "device_variable": plan.device_var,
+        "device_isolation": plan.device_isolation,
         "master_addr": plan.master_addr,
         "master_port": plan.master_port,
         "workdir": plan.workdir,
@@ -94,9 +95,11 @@ def print_plan(plan: LaunchPlan, settings: Settings, *, as_json: bool, out: Text
         return
     out.write(f"launcher {plan.launcher}, {plan.size} ranks on {len(plan.hosts)} "
               f"host(s), accelerator {plan.accelerator}"
-              + (f" ({plan.device_var})" if plan.device_var else "") + "\n")
-    header = ("rank", "host", "local", "cross", "node", "device", "cpus", "command")
-    out.write(columns([header, *(group_row(group) for group in rank_groups(plan.ranks))]))
+              + (f" ({device_mode(plan)})" if plan.device_var else "")
+              + "\n")
+    header = ("rank", "host", "local", "cross", "node", "device", "visible", "cpus", "command")
+    out.write(columns([header, *(group_row(group, plan.device_isolation)
+                                  for group in rank_groups(plan.ranks, plan.device_isolation))]))
     from gcurun.config.resolve import explain_settings
 
     out.write(columns([("setting", "value", "from"), *(
@@ -125,9 +128,18 @@ def forwarding_lines(plan: LaunchPlan) -> str:
     return lines
 
 
-def rank_groups(ranks: Sequence[RankSpec]) -> list[list[RankSpec]]:
+def device_mode(plan: LaunchPlan) -> str:
+    """The device variable and what it lists for each rank, in words."""
+    if plan.device_isolation:
+        return (f"{plan.device_var}, --device-isolation: each rank sees its own device "
+                "alone, at index 0")
+    return f"{plan.device_var}: each rank sees its host's devices, its own at index LOCAL_RANK"
+
+
+def rank_groups(ranks: Sequence[RankSpec], isolated: bool = False) -> list[list[RankSpec]]:
     """Consecutive ranks cut into runs that differ only in rank, local rank and device:
-    same host, node, cross rank and size, binding and command."""
+    same host, node, cross rank and size, binding, command and visible devices (unless
+    each rank sees its device alone: ``isolated``)."""
     groups: list[list[RankSpec]] = []
     for r in ranks:
         last = groups[-1][-1] if groups else None
@@ -135,7 +147,9 @@ def rank_groups(ranks: Sequence[RankSpec]) -> list[list[RankSpec]]:
                 r.local_rank == last.local_rank + 1 and \
                 (r.host, r.node_rank, r.local_size, r.cross_rank, r.cross_size, r.binding,
                  r.argv) == (last.host, last.node_rank, last.local_size, last.cross_rank,
-                             last.cross_size, last.binding, last.argv):
+                             last.cross_size, last.binding, last.argv) and \
+                (isolated or r.visible_devices is last.visible_devices or
+                 r.visible_devices == last.visible_devices):
             groups[-1].append(r)
         else:
             groups.append([r])
@@ -146,21 +160,33 @@ def _span(first: int, last: int) -> str:
     return str(first) if first == last else f"{first}-{last}"
 
 
-def group_row(group: Sequence[RankSpec]) -> tuple[str, ...]:
-    """The table row of one run of ranks (see :func:`rank_groups`)."""
+def group_row(group: Sequence[RankSpec], isolated: bool = False) -> tuple[str, ...]:
+    """The table row of one run of ranks (see :func:`rank_groups`); its ``visible``
+    column is ``own`` when each rank sees its device alone (``isolated``)."""
     first, last = group[0], group[-1]
     devices = [r.device for r in group]
-    if devices[0] is None:
-        device = "-"
-    elif all(d is not None and d.isdigit() and str(int(d)) == d for d in devices):
-        device = compress_ids(tuple(int(d) for d in devices if d is not None))
+    device = "-" if devices[0] is None else show_ids([d or "-" for d in devices])
+    if first.visible_devices is None:
+        visible = "-"
+    elif isolated:
+        visible = "own"
     else:
-        device = ",".join(d or "-" for d in devices)
+        visible = show_ids(first.visible_devices)
     cpus = "-" if first.binding is None else compress_ids(first.binding.cpus)
     return (_span(first.rank, last.rank), first.host,
             f"{_span(first.local_rank, last.local_rank)}/{first.local_size}",
-            f"{first.cross_rank}/{first.cross_size}", str(first.node_rank), device, cpus,
-            " ".join(first.argv))
+            f"{first.cross_rank}/{first.cross_size}", str(first.node_rank), device, visible,
+            cpus, " ".join(first.argv))
+
+
+def show_ids(ids: Sequence[str]) -> str:
+    """Device ids in their order: ascending plain numbers as ranges (0-3,8), else
+    comma-joined as given (3,1,2)."""
+    if all(d.isdigit() and str(int(d)) == d for d in ids):
+        numbers = [int(d) for d in ids]
+        if numbers == sorted(set(numbers)):
+            return compress_ids(tuple(numbers))
+    return ",".join(ids)
 
 
 def columns(rows: Sequence[Sequence[str]]) -> str:

@@ -24,6 +24,7 @@ ACCELERATORS = ("gcu", "cuda", "rocm", "ascend", "mlu", "none")
 # CLI parameter name -> dotted settings key (the profile and environment use the same keys).
 SETTING_KEYS = {
     "np": "np", "oversubscribe": "oversubscribe", "accelerator": "accelerator",
+    "device_isolation": "device_isolation",
     "launcher": "launcher", "bind_to": "bind_to", "map_by": "map_by",
     "report_bindings": "report_bindings", "output_dir": "output_dir",
     "grace_seconds": "grace_seconds", "workdir": "workdir",
@@ -61,6 +62,9 @@ def _options(func):
                      help="Accelerator kind; picks the device variable (default gcu)."),
         click.option("--devices", metavar="IDS",
                      help="Device ids per host, in local-rank order: 0,2,4,6."),
+        click.option("--device-isolation/--no-device-isolation", default=None,
+                     help="Each rank's device variable lists its own device alone "
+                          "(index 0), not its host's devices (index LOCAL_RANK; default)."),
         click.option("-x", "--env", "env", multiple=True, metavar="NAME[=VALUE]",
                      help="Forward NAME from this environment, or set NAME=VALUE."),
         click.option("--env-forward", type=click.Choice(["all", "listed"]),

@@ -72,6 +72,7 @@ class Settings:
     oversubscribe: bool = False
     accelerator: Accelerator = "gcu"
     devices: tuple[str, ...] | None = None      # applies to hosts without their own list
+    device_isolation: bool = False              # each rank sees its own device alone
     launcher: Literal["local", "ssh", "mpi", "slurm"] | None = None  # None: local or ssh
     env: Mapping[str, str] = field(default_factory=dict)     # variables to set (-x N=V)
     forward_env: tuple[str, ...] = ()                        # variables to forward (-x N)

@@ -143,6 +143,7 @@ KEYS: tuple[Key, ...] = (
     Key("oversubscribe", "bool"),
     Key("accelerator", "choice", choices=_choices(Accelerator)),
     Key("devices", "devices", nullable=True),
+    Key("device_isolation", "bool"),
     Key("launcher", "choice", choices=("local", "ssh", "mpi", "slurm"), nullable=True),
     Key("env", "env", in_environ=False),
     Key("forward_env", "names", in_environ=False),

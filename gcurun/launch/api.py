@@ -45,6 +45,9 @@ class RankSpec:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     binding: Binding | None = None
+    # What the device variable lists, ``device`` at index local_rank (its host's devices)
+    # or alone (one-device-per-rank isolation); None without a device.
+    visible_devices: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class LaunchPlan:
     launcher_env: Mapping[str, str] = field(default_factory=dict)
     env_left_out: tuple[str, ...] = ()
     env_forward: str = "all"
+    device_isolation: bool = False     # each rank's device variable lists its device alone
 
     @property
     def size(self) -> int:

@@ -80,8 +80,10 @@ def plan_job(command: Sequence[str], settings: Settings, *,
     from gcurun.config.resolve import runtime_environment
     from gcurun.hosts.locality import probe_local_names
     from gcurun.launch.planning.forwarding import plan_forwarding
-    from gcurun.launch.planning.plan import build_plan
+    from gcurun.launch.planning.plan import build_plan, check_job_variables
 
+    device_var = DEVICE_VARIABLES[settings.accelerator]
+    check_job_variables(settings.env, settings.forward_env, device_var, settings.sources)
     environ = os.environ if environ is None else environ
     hosts = settings.hosts or (HostSpec("localhost", slots=settings.np or 1),)
     job_env = {name: environ[name] for name in settings.forward_env if name in environ}
@@ -99,8 +101,9 @@ def plan_job(command: Sequence[str], settings: Settings, *,
         job_env[NETWORK_INTERFACE_VARIABLE] = settings.mpi.network_interface
     return build_plan(
         hosts, command, np=settings.np, oversubscribe=settings.oversubscribe,
-        accelerator=settings.accelerator, device_var=DEVICE_VARIABLES[settings.accelerator],
-        devices=settings.devices, launcher=settings.launcher,
+        accelerator=settings.accelerator, device_var=device_var,
+        devices=settings.devices, device_isolation=settings.device_isolation,
+        launcher=settings.launcher,
         local_names=probe_local_names(), job_env=job_env,
         forwarded_env=settings.forward_env, master_addr=master_addr or settings.master_addr,
         this_host=socket.getfqdn(),

@@ -52,7 +52,8 @@ def test_mpi_job_ranks_see_their_variables(tmp_path):
                 env["LOCAL_WORLD_SIZE"], env["GROUP_RANK"]) == (str(rank), "3", str(rank),
                                                                  "3", "0")
         assert (env["GCURUN_CROSS_RANK"], env["GCURUN_CROSS_SIZE"]) == ("0", "1")
-        assert env["TOPS_VISIBLE_DEVICES"] == str(rank) and env["FOO"] == "bar"
+        assert env["TOPS_VISIBLE_DEVICES"] == "0,1,2" and env["FOO"] == "bar"
+        assert env["GCURUN_DEVICE"] == str(rank)
 
 
 @needs_mpirun

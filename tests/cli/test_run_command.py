@@ -70,7 +70,8 @@ def test_job_runs_every_rank_with_prefixed_output(tmp_path):
     assert sorted(res.stdout.splitlines()) == [f"[{r}] rank {r} of 3 ready" for r in range(3)]
     records = read_ranks(tmp_path, 3)
     assert [r["env"]["FOO"] for r in records] == ["bar"] * 3
-    assert [r["env"]["TOPS_VISIBLE_DEVICES"] for r in records] == ["0", "1", "2"]
+    assert [r["env"]["TOPS_VISIBLE_DEVICES"] for r in records] == ["0,1,2"] * 3
+    assert [r["env"]["GCURUN_DEVICE"] for r in records] == ["0", "1", "2"]
 
 
 def test_accelerator_and_devices_pick_variable_and_ids(tmp_path):
@@ -78,7 +79,8 @@ def test_accelerator_and_devices_pick_variable_and_ids(tmp_path):
                      sys.executable, WORKER, str(tmp_path), "--linger", "0")
     assert res.returncode == 0, res.stderr
     records = read_ranks(tmp_path, 2)
-    assert [r["env"]["CUDA_VISIBLE_DEVICES"] for r in records] == ["4", "6"]
+    assert [r["env"]["CUDA_VISIBLE_DEVICES"] for r in records] == ["4,6", "4,6"]
+    assert [r["env"]["GCURUN_DEVICE"] for r in records] == ["4", "6"]
     assert "TOPS_VISIBLE_DEVICES" not in records[0]["env"]
 
 

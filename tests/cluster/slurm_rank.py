@@ -26,7 +26,7 @@ signal.signal(signal.SIGTERM, on_term)
 hvd.init()
 total = hvd.allreduce(np.array([hvd.rank() + 1.0]), op=hvd.Sum, name="sum")
 names = ("TOPS_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "SLURM_PROCID", "SLURM_JOB_NAME",
-         "PADDLE_CURRENT_ENDPOINT", "OMP_NUM_THREADS", "GCURUN_HOSTNAME")
+         "PADDLE_CURRENT_ENDPOINT", "OMP_NUM_THREADS", "GCURUN_HOSTNAME", "GCURUN_DEVICE")
 print(json.dumps({
     "rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
     "local_size": hvd.local_size(), "backend": hvd.backend(), "sum": float(total[0]),

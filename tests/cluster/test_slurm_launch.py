@@ -86,7 +86,8 @@ def check_job(done: subprocess.CompletedProcess[str], backend: str) -> dict[int,
         assert (r["hostname"], r["local_rank"], r["local_size"]) == \
             (["h1", "h1", "h2", "h2"][rank], rank % 2, 2)
         assert r["env"]["SLURM_PROCID"] == str(rank)     # srun placed rank N as task N
-        assert r["env"]["TOPS_VISIBLE_DEVICES"] == str(rank % 2)
+        assert r["env"]["TOPS_VISIBLE_DEVICES"] == "0,1"     # the node's, as local/SSH
+        assert r["env"]["GCURUN_DEVICE"] == str(rank % 2)
         assert r["env"]["SLURM_JOB_NAME"] == "interactive"
         assert r["env"]["PADDLE_CURRENT_ENDPOINT"].startswith(r["hostname"] + ":")
     return reports
@@ -244,18 +245,19 @@ def test_gcurun_run_in_a_slurm_job(slurm_jobs):
 
 
 @pytest.mark.parametrize(("gres", "devices"), [
-    ("--gres=gpu:2", ["0", "1"]),               # the node's list, one entry per local rank
-    ("--gpus-per-task=1", ["0", "1"]),          # one device per task
+    ("--gres=gpu:2", [("0,1", "0"), ("0,1", "1")]),   # the node's list, own at local rank
+    ("--gpus-per-task=1", [("0", "0"), ("1", "1")]),  # one device per task
 ])
 def test_devices_slurms_gres_gave_win_over_the_plans(slurm_jobs, gres, devices):
     # The plan would give devices 5 and 6; the step's GRES (2 fake GPUs per node) wins.
     done = in_allocation(slurm_jobs, ["-N1", "-n2", gres],
                          ["--slurm", "--accelerator", "cuda", "--devices", "5,6",
-                          sys.executable, "-c", "import os; print('{\"dev\": \"%s\"}' % "
-                          "os.environ['CUDA_VISIBLE_DEVICES'])"])
+                          sys.executable, "-c", "import os; print('{\"dev\": \"%s\", "
+                          "\"own\": \"%s\"}' % (os.environ['CUDA_VISIBLE_DEVICES'], "
+                          "os.environ['GCURUN_DEVICE']))"])
     assert done.returncode == 0, done.stderr
     got = rank_reports(done.stdout)
-    assert [got[r]["dev"] for r in (0, 1)] == devices
+    assert [(got[r]["dev"], got[r]["own"]) for r in (0, 1)] == devices
 
 
 @pytest.mark.parametrize(("mode", "custom"), [("all", "c"), ("listed", None)])

@@ -44,6 +44,7 @@ CASES = [
     Case("oversubscribe", False, "true", True, "GCURUN_OVERSUBSCRIBE", "yes", True),
     Case("accelerator", "rocm", "cuda", "cuda", "GCURUN_ACCELERATOR", "mlu", "mlu"),
     Case("devices", ("7",), "[0, 1]", ("0", "1"), "GCURUN_DEVICES", "2,3", ("2", "3")),
+    Case("device_isolation", False, "true", True, "GCURUN_DEVICE_ISOLATION", "1", True),
     Case("launcher", "mpi", "ssh", "ssh", "GCURUN_LAUNCHER", "local", "local"),
     Case("env_forward", "listed", "all", "all", "GCURUN_ENV_FORWARD", "listed", "listed"),
     Case("bind_to", "core", "numa", "numa", "GCURUN_BIND_TO", "socket", "socket"),
@@ -518,10 +519,10 @@ def test_explain_settings_lists_every_key_with_value_and_source():
     rows = explain_settings(resolve_settings({"np": 4}, profile, {}))
     by_key = {key: (value, source) for key, value, source in rows}
     assert [row[0] for row in rows if "." not in row[0] or row[0].startswith("env.")] == [
-        "np", "hosts", "hostfile", "oversubscribe", "accelerator", "devices", "launcher",
-        "env", "env.A", "forward_env", "env_forward", "bind_to", "map_by", "report_bindings",
-        "output_dir", "show_ranks", "grace_seconds", "liveness_timeout", "workdir",
-        "master_addr", "master_port"]
+        "np", "hosts", "hostfile", "oversubscribe", "accelerator", "devices",
+        "device_isolation", "launcher", "env", "env.A", "forward_env", "env_forward",
+        "bind_to", "map_by", "report_bindings", "output_dir", "show_ranks", "grace_seconds",
+        "liveness_timeout", "workdir", "master_addr", "master_port"]
     assert by_key["np"] == (4, "cli")
     assert by_key["env.A"] == ("x", "profile:p.yaml:2")
     assert by_key["ssh.port"] == (2222, "profile:p.yaml:4")

@@ -39,7 +39,7 @@ def test_success_gives_each_rank_its_identity(tmp_path):
         env = rec["env"]
         assert (env["GCURUN_RANK"], env["GCURUN_SIZE"], env["LOCAL_RANK"]) == \
                (str(rank), "3", str(rank))
-        assert env["TOPS_VISIBLE_DEVICES"] == str(rank)
+        assert env["TOPS_VISIBLE_DEVICES"] == "0,1,2" and env["GCURUN_DEVICE"] == str(rank)
         assert rec["cwd"] == str(tmp_path)
     lines = sorted(out.getvalue().splitlines())
     assert lines == [f"[{r}] rank {r} of 3 ready" for r in range(3)]

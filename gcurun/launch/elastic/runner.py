@@ -254,7 +254,8 @@ class ElasticRunner:
                 rank=a.rank, size=a.size, local_rank=a.local_rank, local_size=a.local_size,
                 cross_rank=a.cross_rank, cross_size=a.cross_size, node_rank=a.cross_rank,
                 hostname=a.host, master_addr=plan.master_addr, master_port=plan.master_port,
-                device_var=plan.device_var, device=r.device))
+                device_var=plan.device_var, device=r.device,
+                visible_devices=r.visible_devices))
             env.update(GCURUN_ELASTIC_WORKER=str(a.worker), GCURUN_ELASTIC="1",
                        HOROVOD_ELASTIC="1", GCURUN_LIVENESS_TIMEOUT_SECONDS=f"{self.liveness:g}")
             ranks.append(dataclasses.replace(r, rank=a.worker, env=env))

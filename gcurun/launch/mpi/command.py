@@ -21,13 +21,13 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from gcurun.config.api import Settings, SSHSettings
 from gcurun.errors import LaunchError, UsageError
-from gcurun.launch.api import LaunchPlan
+from gcurun.launch.api import LaunchPlan, RankSpec
 from gcurun.launch.remote import mpi_shim
 from gcurun.launch.remote.rank_env import PER_RANK_VARIABLES
 
@@ -221,9 +221,18 @@ def layout_environment(plan: LaunchPlan, settings: Settings) -> dict[str, str]:
     }
     if plan.device_var:
         env["GCURUN_DEVICE_VAR"] = plan.device_var
-        env["GCURUN_DEVICES"] = ";".join(
-            ",".join(r.device or "" for r in plan.ranks_on(h)) for h in hosts)
+        env["GCURUN_DEVICES"] = ";".join(",".join(host_devices(plan.ranks_on(h), plan))
+                                         for h in hosts)
+        env[mpi_shim.ISOLATION_VARIABLE] = "1" if plan.device_isolation else "0"
     return env
+
+
+def host_devices(ranks: Sequence[RankSpec], plan: LaunchPlan) -> tuple[str, ...]:
+    """The devices of one host's ranks as the shim takes them (entry LOCAL_RANK is the
+    rank's): what the ranks' device variable lists, or under isolation each rank's own."""
+    if plan.device_isolation or not ranks or ranks[0].visible_devices is None:
+        return tuple(r.device or "" for r in ranks)
+    return ranks[0].visible_devices
 
 
 def host_lines(plan: LaunchPlan) -> list[tuple[str, int]]:

@@ -10,7 +10,18 @@ from gcurun.hosts.api import HostSpec
 from gcurun.hosts.locality import locality_test
 from gcurun.launch.api import LauncherName, LaunchPlan, RankSpec
 from gcurun.launch.planning.forwarding import Forwarding
-from gcurun.launch.remote.rank_env import Endpoints, paddle_endpoints, rank_environment
+from gcurun.launch.remote.rank_env import (
+    DEVICE_VARIABLE,
+    GCURUN_PREFIX,
+    HOROVOD_PREFIX,
+    PADDLE_DEVICES,
+    PADDLE_ENDPOINTS_VARIABLE,
+    RANK_FACTS,
+    DeviceList,
+    Endpoints,
+    paddle_endpoints,
+    rank_environment,
+)
 
 DEFAULT_LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 LOOPBACK = "127.0.0.1"
@@ -59,6 +70,58 @@ def assign_ranks(hosts: Sequence[HostSpec], np: int | None, oversubscribe: bool)
     return counts
 
 
+_PLACEMENT = "place ranks with -np and -H (or --hostfile)"
+_DEVICES = "choose devices with --devices (--device-isolation: each rank sees its own alone)"
+_MASTER = "give --master-addr and --master-port"
+# The variables the plan sets for each rank, beyond the device variable, and the options
+# that decide their values.
+_PLANNED: Mapping[str, str] = {
+    **{prefix + fact: _PLACEMENT for prefix in (GCURUN_PREFIX, HOROVOD_PREFIX)
+       for fact in RANK_FACTS},
+    **dict.fromkeys(("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                     "PADDLE_TRAINER_ID", "PADDLE_GLOBAL_RANK", "PADDLE_TRAINERS_NUM",
+                     "PADDLE_GLOBAL_SIZE", "PADDLE_LOCAL_RANK", "PADDLE_RANK_IN_NODE",
+                     "PADDLE_LOCAL_SIZE", "PADDLE_NNODES", "PADDLE_CURRENT_ENDPOINT",
+                     PADDLE_ENDPOINTS_VARIABLE), _PLACEMENT),
+    "MASTER_ADDR": "give --master-addr", "MASTER_PORT": "give --master-port",
+    "PADDLE_MASTER": _MASTER, "JAX_COORDINATOR_ADDRESS": _MASTER,
+    DEVICE_VARIABLE: _DEVICES, "JAX_LOCAL_DEVICE_IDS": _DEVICES,
+    **{f"FLAGS_selected_{kind}s": _DEVICES for kind, _ in PADDLE_DEVICES.values()},
+    "PADDLE_DISTRI_BACKEND": "choose --accelerator",
+    "PADDLE_XCCL_BACKEND": "choose --accelerator",
+}
+
+
+def planned_variable(name: str, device_var: str | None) -> str | None:
+    """How to set ``name`` when the plan sets it for each rank (its rank, device or
+    rendezvous), else None: such a variable given for every rank would be overridden."""
+    if device_var is not None and name == device_var:
+        return _DEVICES
+    return _PLANNED.get(name)
+
+
+def check_job_variables(env: Mapping[str, str], forwarded: Sequence[str],
+                        device_var: str | None, sources: Mapping[str, str]) -> None:
+    """Refuse variables set for every rank (``env``: -x NAME=VALUE or a profile's env;
+    ``forwarded``: -x NAME) that the plan sets for each rank itself: the user's value
+    would be overridden. ``sources`` (Settings.sources) says where each came from.
+    Raises PlanError naming the variable and the option that sets it."""
+    given = [(name, f"-x {name}={value}", "env", sources.get(f"env.{name}", "cli"))
+             for name, value in env.items()]
+    given += [(name, f"-x {name}", "forward_env", sources.get("forward_env", "cli"))
+              for name in forwarded]
+    for name, shown, key, source in given:
+        how = planned_variable(name, device_var)
+        if how is None:
+            continue
+        if source.startswith("profile:"):
+            where = f"{source.partition(':')[2]}: {key} {name}"
+            drop = f"remove {name} from the profile's {key}"
+        else:
+            where, drop = shown, f"drop -x {name}"
+        raise PlanError(f"{where}: gcurun sets {name} for each rank itself; {how} and {drop}")
+
+
 def host_devices(host: HostSpec, default: Sequence[str] | None, count: int) -> tuple[str, ...]:
     """The device ids of ``host`` for ``count`` ranks: its own list, else ``default``, else
     ``0..slots-1``. Raises PlanError when the list is shorter than the ranks placed there."""
@@ -84,6 +147,7 @@ def build_plan(
     accelerator: str = "gcu",
     device_var: str | None = "TOPS_VISIBLE_DEVICES",
     devices: Sequence[str] | None = None,
+    device_isolation: bool = False,
     launcher: LauncherName | None = None,
     local_names: frozenset[str] = DEFAULT_LOCAL_NAMES,
     job_env: Mapping[str, str] | None = None,
@@ -107,6 +171,11 @@ def build_plan(
 
     ``forwarding`` is what of the launcher's environment ranks on other hosts get (kept
     apart from the ranks' environment: every rank shares it, and its values are never shown).
+
+    Each rank's device is its local rank's entry of its host's devices (the host's own
+    list, else ``devices``, else ``0..slots-1``). The device variable lists all of them,
+    in that order, so index LOCAL_RANK is the rank's own device (as every Horovod recipe
+    assumes); with ``device_isolation`` it lists the rank's device alone (index 0).
 
     Raises PlanError for an empty command or host list, ranks that do not fit, or the
     local launcher given a host that is not this one.
@@ -145,8 +214,10 @@ def build_plan(
     ranks: list[RankSpec] = []
     for node_rank, (host, count) in enumerate(used):
         ids = host_devices(host, devices, count) if device_var else ()
+        shared = DeviceList(ids)
         for local_rank in range(count):
             device = ids[local_rank] if device_var else None
+            visible = None if device is None or device_isolation else shared
             cross_rank = hosts_before[local_rank]
             env = dict(job_env or {})
             env.update(rank_environment(
@@ -154,17 +225,20 @@ def build_plan(
                 cross_rank=cross_rank, cross_size=cross_sizes[local_rank],
                 node_rank=node_rank, hostname=host.name, master_addr=master_addr,
                 master_port=master_port, device_var=device_var, device=device,
-                node_count=len(used), endpoints=endpoints))
+                visible_devices=visible, node_count=len(used), endpoints=endpoints))
             ranks.append(RankSpec(
                 rank=len(ranks), local_rank=local_rank, local_size=count,
                 cross_rank=cross_rank, cross_size=cross_sizes[local_rank],
                 node_rank=node_rank, host=host.name, is_local=local[node_rank],
-                device=device, argv=tuple(command), env=env))
+                device=device, argv=tuple(command), env=env,
+                visible_devices=None if device is None else
+                (device,) if visible is None else shared.ids))
         for local_rank in range(count):
             hosts_before[local_rank] += 1
     return LaunchPlan(
         ranks=tuple(ranks), hosts=tuple(h for h, _ in used), launcher=launcher,
-        accelerator=accelerator, device_var=device_var, master_addr=master_addr,
+        accelerator=accelerator, device_var=device_var, device_isolation=device_isolation,
+        master_addr=master_addr,
         master_port=master_port, workdir=workdir, forwarded_env=tuple(forwarded_env),
         sources=dict(sources or {}),
         launcher_env=dict(forwarding.env) if forwarding else {},

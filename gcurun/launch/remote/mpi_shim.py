@@ -2,11 +2,11 @@
 
 mpirun starts every rank with one environment. This shim runs first on each rank, reads
 who the rank is from the MPI launcher's variables, sets gcurun's rank environment
-(GCURUN_*, HOROVOD_*, torch's variables, the device variable; the same names the local
-and SSH launchers set) and execs the command, so ``bash run.sh`` and ``python train.py``
-both work. Before the exec it starts the rank's guard (:mod:`.rank_guard`), which stops
-the rank's process group if the MPI daemon dies. Standard library only; it imports nothing
-heavy.
+(GCURUN_*, HOROVOD_*, torch's variables, the device variable and GCURUN_DEVICE; the same
+names and values the local and SSH launchers set) and execs the command, so ``bash run.sh``
+and ``python train.py`` both work. Before the exec it starts the rank's guard
+(:mod:`.rank_guard`), which stops the rank's process group if the MPI daemon dies.
+Standard library only; it imports nothing heavy.
 
 Identity sources, first match wins:
 
@@ -30,7 +30,8 @@ Under ``gcurun --slurm`` (srun starts the shim), three more things happen here:
 * devices Slurm gave the step (GRES: srun set the accelerator's variable, which the
   launcher left out of the ranks' environment; ``GCURUN_GRES_DEVICES=1``) win over the
   plan's: with ``--gpus-per-task`` a rank keeps what it was given, otherwise it takes
-  its local rank's entry of the shared list;
+  its local rank's entry of the shared list and sees that list (its device alone under
+  ``--device-isolation``);
 * the rank's CPU and memory binding, decided by the plan (``GCURUN_BINDINGS``, one entry
   per rank: :func:`encode_bindings`), is applied with numactl (or sched_setaffinity where
   numactl is missing) before the command runs; srun itself binds nothing
@@ -62,6 +63,8 @@ EXIT_USAGE = 2
 # srun's --job-name names gcurun's step, and its tasks see that as SLURM_JOB_NAME; the
 # launcher passes the allocation's own name here and the shim puts it back.
 JOB_NAME_VARIABLE = "GCURUN_SLURM_JOB_NAME"
+# "1" when the launcher asked for one-device-per-rank isolation (--device-isolation).
+ISOLATION_VARIABLE = "GCURUN_DEVICE_ISOLATION"
 _SOURCES = (
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE"),
@@ -140,15 +143,22 @@ def _place(ident: Identity, slots: list[int]) -> int | None:
     return None
 
 
-def _device(env: Mapping[str, str], node: int | None, local_rank: int) -> str | None:
+def _device(env: Mapping[str, str], node: int | None,
+            ident: Identity) -> tuple[str | None, tuple[str, ...] | None]:
+    """The rank's device and what its device variable lists (None: the device alone),
+    as the plan has them: its local rank's entry of its host's devices, the whole list
+    shown unless the launcher asked for isolation (GCURUN_DEVICE_ISOLATION=1)."""
     if not env.get("GCURUN_DEVICE_VAR"):
-        return None
+        return None, None
+    local_rank = ident.local_rank
     given = gres_device(env, local_rank)
     if given is not None:
         return given
+    isolated = env.get(ISOLATION_VARIABLE) == "1"
     text = env.get("GCURUN_DEVICES")
     if text is None:
-        return str(local_rank)
+        listed = tuple(str(i) for i in range(max(ident.local_size, local_rank + 1)))
+        return str(local_rank), None if isolated else listed
     per_host = [[d for d in part.split(",") if d] for part in text.split(";")]
     if node is not None and node < len(per_host):
         devices = per_host[node]
@@ -161,16 +171,19 @@ def _device(env: Mapping[str, str], node: int | None, local_rank: int) -> str | 
         raise ShimError(f"local rank {local_rank} has no device: its host lists "
                         f"{len(devices)} ({','.join(devices) or 'none'}); give each host "
                         "at least as many devices as ranks")
-    return devices[local_rank]
+    return devices[local_rank], None if isolated else tuple(devices)
 
 
-def gres_device(env: Mapping[str, str], local_rank: int) -> str | None:
-    """The device Slurm gave this rank, when the launcher asked to take it from Slurm
+def gres_device(env: Mapping[str, str],
+                local_rank: int) -> tuple[str, tuple[str, ...] | None] | None:
+    """The device Slurm gave this rank and what its device variable lists (None: the
+    device alone), when the launcher asked to take it from Slurm
     (``GCURUN_GRES_DEVICES=1``) and srun set the accelerator's variable; else None.
 
     With ``--gpus-per-task`` (SLURM_GPUS_PER_TASK) every device the task got stays its
-    own; otherwise the tasks of a node share one list and each takes its local rank's.
-    Raises ShimError when the shared list is too short.
+    own, and the only one it sees; otherwise the tasks of a node share one list, each
+    takes its local rank's entry and sees the whole list (as the plan's ranks do) unless
+    the launcher asked for isolation. Raises ShimError when the shared list is too short.
     """
     name = env.get("GCURUN_DEVICE_VAR")
     if env.get("GCURUN_GRES_DEVICES") != "1" or not name or not env.get(name):
@@ -178,12 +191,13 @@ def gres_device(env: Mapping[str, str], local_rank: int) -> str | None:
     text = env[name]
     devices = [d.strip() for d in text.split(",") if d.strip()]
     if env.get("SLURM_GPUS_PER_TASK") or len(devices) == 1:
-        return ",".join(devices)
+        return ",".join(devices), None
     if local_rank >= len(devices):
         raise ShimError(f"local rank {local_rank} has no device: Slurm gave this node's "
                         f"tasks {name}={text!r}; ask srun for a device per task "
                         "(--gpus-per-task=1) or start fewer ranks per node")
-    return devices[local_rank]
+    isolated = env.get(ISOLATION_VARIABLE) == "1"
+    return devices[local_rank], None if isolated else tuple(devices)
 
 
 def _endpoints(env: Mapping[str, str], size: int) -> Endpoints | None:
@@ -281,13 +295,14 @@ def shim_environment(env: Mapping[str, str], hostname: str,
         node = exact if exact is not None else ident.rank // max(ident.local_size, 1)
         cross_rank, name = node, hostname
         cross_size = -(-ident.size // max(ident.local_size, 1))
+    device, visible = _device(env, exact, ident)
     out = rank_environment(
         rank=ident.rank, size=ident.size, local_rank=ident.local_rank,
         local_size=ident.local_size, cross_rank=cross_rank, cross_size=cross_size,
         node_rank=node, hostname=name, master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
         master_port=int(env.get("MASTER_PORT", "29500")),
         device_var=env.get("GCURUN_DEVICE_VAR") or None,
-        device=_device(env, exact, ident.local_rank),
+        device=device, visible_devices=visible,
         node_count=len(slots) if placed is not None else None,
         endpoints=_endpoints(env, ident.size))
     if env.get("GCURUN_BIND_TO", "none") != "none" and "OMP_NUM_THREADS" not in env \

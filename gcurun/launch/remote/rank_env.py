@@ -19,6 +19,8 @@ GCURUN_PREFIX = "GCURUN_"
 HOROVOD_PREFIX = "HOROVOD_"
 
 SECRET_VARIABLE = "GCURUN_SECRET"
+# The rank's own device id, whatever its device variable lists.
+DEVICE_VARIABLE = "GCURUN_DEVICE"
 RENDEZVOUS_VARIABLE = "GCURUN_RENDEZVOUS"
 # An address of the launcher given as ``*:PORT`` means "the launcher's address as seen
 # from the rank's host"; the executors fill it in per host.
@@ -42,7 +44,7 @@ PER_RANK_VARIABLES = frozenset(
     + ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
        "OMP_NUM_THREADS", "PADDLE_TRAINER_ID", "PADDLE_GLOBAL_RANK", "PADDLE_LOCAL_RANK",
        "PADDLE_RANK_IN_NODE", "PADDLE_LOCAL_SIZE", "PADDLE_CURRENT_ENDPOINT",
-       "PADDLE_DISTRI_BACKEND", "PADDLE_XCCL_BACKEND", "JAX_LOCAL_DEVICE_IDS"]
+       "PADDLE_DISTRI_BACKEND", "PADDLE_XCCL_BACKEND", "JAX_LOCAL_DEVICE_IDS", DEVICE_VARIABLE]
     + sorted({f"FLAGS_selected_{kind}s" for kind, _ in PADDLE_DEVICES.values()}))
 
 
@@ -83,6 +85,15 @@ class Endpoints:
         self.joined = joined if fits else None
 
 
+class DeviceList:
+    """The devices a host's ranks see, and the device variable's value, joined once (a
+    host of N ranks would otherwise join its list N times)."""
+
+    def __init__(self, ids: Sequence[str]) -> None:
+        self.ids = tuple(ids)
+        self.joined = ",".join(self.ids)
+
+
 def rank_environment(
     *,
     rank: int,
@@ -97,17 +108,24 @@ def rank_environment(
     master_port: int,
     device_var: str | None,
     device: str | None,
+    visible_devices: DeviceList | Sequence[str] | None = None,
     node_count: int | None = None,
     endpoints: Endpoints | None = None,
 ) -> dict[str, str]:
     """Every variable that tells one rank who it is: GCURUN_*, their HOROVOD_* twins,
     torch's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/GROUP_RANK/MASTER_ADDR/MASTER_PORT,
-    the accelerator's device variable (when there is one and a device), Paddle's and
-    JAX's variables (see :func:`framework_environment`) and PYTHONUNBUFFERED so Python
-    ranks stream their output.
+    the accelerator's device variable and GCURUN_DEVICE (when there is one and a device),
+    Paddle's and JAX's variables (see :func:`framework_environment`) and PYTHONUNBUFFERED
+    so Python ranks stream their output.
 
+    ``device`` is the rank's own device id (GCURUN_DEVICE); ``visible_devices`` what the
+    device variable lists, the devices of the rank's host in local-rank order (so index
+    LOCAL_RANK is ``device``; a :class:`DeviceList` the host's ranks share), or None for
+    one-device-per-rank isolation (the variable lists ``device`` alone, index 0).
     ``node_count`` is the number of hosts of the job (default: ``cross_size``);
     ``endpoints`` every rank's Paddle endpoint (:class:`Endpoints`), when known.
+
+    Raises ValueError when ``visible_devices`` does not list ``device``.
     """
     facts = {
         "RANK": rank,
@@ -132,27 +150,49 @@ def rank_environment(
         MASTER_PORT=str(master_port),
         PYTHONUNBUFFERED="1",
     )
+    index = 0
     if device_var and device is not None:
-        env[device_var] = device
+        if visible_devices is None:
+            visible_devices = (device,)
+        if not isinstance(visible_devices, DeviceList):
+            visible_devices = DeviceList(visible_devices)
+        index = device_index(visible_devices.ids, device, local_rank)
+        env[device_var] = visible_devices.joined
+        env[DEVICE_VARIABLE] = device
     env.update(framework_environment(
         rank=rank, size=size, local_rank=local_rank, local_size=local_size,
         node_count=cross_size if node_count is None else node_count,
         master=show_address(master_addr, master_port),
-        device_var=device_var if device is not None else None, endpoints=endpoints))
+        device_var=device_var if device is not None else None, endpoints=endpoints,
+        device_index=index))
     return env
+
+
+def device_index(visible: Sequence[str], device: str, local_rank: int) -> int:
+    """Where ``device`` is in the ``visible`` list: at ``local_rank`` when it is there
+    (a host's list in local-rank order), else its first place. Raises ValueError when
+    the list lacks it."""
+    if local_rank < len(visible) and visible[local_rank] == device:
+        return local_rank
+    if device not in visible:
+        raise ValueError(f"device {device!r} is not among the visible devices "
+                         f"{','.join(visible)!r}")
+    return visible.index(device)
 
 
 def framework_environment(*, rank: int, size: int, local_rank: int, local_size: int,
                           node_count: int, master: str, device_var: str | None,
-                          endpoints: Endpoints | None) -> dict[str, str]:
+                          endpoints: Endpoints | None, device_index: int = 0) -> dict[str, str]:
     """What ``paddle.distributed.launch`` would set for this rank, and JAX's coordinator.
 
     Paddle: trainer id and count (and their GLOBAL_ twins), local rank and size, hosts,
     the store at ``master`` (PADDLE_MASTER), the endpoints when known; on a device, its
-    index in the visible list (``FLAGS_selected_gpus=0``: the rank sees one device) and,
-    for plugin devices (GCU, Ascend, MLU), the xccl backend; without one, gloo.
+    ``device_index`` in the visible list (``FLAGS_selected_gpus=1``: the rank's device is
+    the second its device variable lists) and, for plugin devices (GCU, Ascend, MLU), the
+    xccl backend; without one, gloo.
     JAX: ``JAX_COORDINATOR_ADDRESS`` (the process count and id come from the script, or
-    from Slurm's variables under srun) and, on a device, ``JAX_LOCAL_DEVICE_IDS=0``.
+    from Slurm's variables under srun) and, on a device, ``JAX_LOCAL_DEVICE_IDS``, the
+    same index.
     """
     env = {
         "PADDLE_TRAINER_ID": str(rank),
@@ -175,9 +215,9 @@ def framework_environment(*, rank: int, size: int, local_rank: int, local_size: 
         env["PADDLE_DISTRI_BACKEND"] = "gloo"
         return env
     kind, plugin = paddle_device
-    env[f"FLAGS_selected_{kind}s"] = "0"
+    env[f"FLAGS_selected_{kind}s"] = str(device_index)
     if plugin:
         env["PADDLE_DISTRI_BACKEND"] = "xccl"
         env["PADDLE_XCCL_BACKEND"] = kind
-    env["JAX_LOCAL_DEVICE_IDS"] = "0"
+    env["JAX_LOCAL_DEVICE_IDS"] = str(device_index)
     return env

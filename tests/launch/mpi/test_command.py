@@ -83,7 +83,7 @@ def command(name, settings=SETTINGS, is_root=True, **kw):
 # The job-wide variables of Paddle and JAX (each rank's own ones come from the shim).
 FRAMEWORKS = ("PADDLE_GLOBAL_SIZE=4 PADDLE_MASTER=a:29555 PADDLE_NNODES=2 "
               "PADDLE_TRAINERS_NUM=4 PADDLE_TRAINER_ENDPOINTS=a:29556,a:29557,b:29556,b:29557")
-JOB = ("FOO=bar GCURUN_BIND_TO=numa 'GCURUN_DEVICES=0,1;0,1' "
+JOB = ("FOO=bar GCURUN_BIND_TO=numa 'GCURUN_DEVICES=0,1;0,1' GCURUN_DEVICE_ISOLATION=0 "
        "GCURUN_DEVICE_VAR=TOPS_VISIBLE_DEVICES GCURUN_MPI_HOSTS=a,b GCURUN_MPI_SLOTS=2,2 "
        "JAX_COORDINATOR_ADDRESS=a:29555 MASTER_ADDR=a MASTER_PORT=29555 " + FRAMEWORKS
        + " PYTHONUNBUFFERED=1")
@@ -112,7 +112,8 @@ SNAPSHOTS = {
     "mpich": (
         "mpirun -n 4 -f /tmp/job/hostfile -bind-to numa -map-by socket -prepend-rank "
         "-iface eth1 -wdir /srv/job -genv FOO bar -genv GCURUN_BIND_TO numa "
-        "-genv GCURUN_DEVICES '0,1;0,1' -genv GCURUN_DEVICE_VAR TOPS_VISIBLE_DEVICES "
+        "-genv GCURUN_DEVICES '0,1;0,1' -genv GCURUN_DEVICE_ISOLATION 0 "
+        "-genv GCURUN_DEVICE_VAR TOPS_VISIBLE_DEVICES "
         "-genv GCURUN_MPI_HOSTS a,b -genv GCURUN_MPI_SLOTS 2,2 "
         "-genv JAX_COORDINATOR_ADDRESS a:29555 -genv MASTER_ADDR a "
         "-genv MASTER_PORT 29555 " + genv(FRAMEWORKS)
@@ -120,6 +121,7 @@ SNAPSHOTS = {
     "intel": (
         "mpirun -n 4 -machinefile /tmp/job/hostfile -prepend-rank -iface eth1 -wdir /srv/job "
         "-genv FOO bar -genv GCURUN_BIND_TO numa -genv GCURUN_DEVICES '0,1;0,1' "
+        "-genv GCURUN_DEVICE_ISOLATION 0 "
         "-genv GCURUN_DEVICE_VAR TOPS_VISIBLE_DEVICES -genv GCURUN_MPI_HOSTS a,b "
         "-genv GCURUN_MPI_SLOTS 2,2 -genv I_MPI_DEBUG 4 -genv I_MPI_PIN 1 "
         "-genv I_MPI_PIN_DOMAIN numa -genv I_MPI_PIN_ORDER scatter "

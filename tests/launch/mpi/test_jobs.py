@@ -90,13 +90,14 @@ def test_interrupt_stops_every_rank(tmp_path):
 
 def test_shell_script_command(tmp_path):
     script = tmp_path / "run.sh"
-    script.write_text('echo "rank $GCURUN_RANK of $HOROVOD_SIZE device $TOPS_VISIBLE_DEVICES"\n')
+    script.write_text('echo "rank $GCURUN_RANK of $HOROVOD_SIZE device $GCURUN_DEVICE of '
+                      '$TOPS_VISIBLE_DEVICES"\n')
     plan = build_plan((HostSpec("localhost", 2),), ["bash", str(script)], launcher="mpi",
                       workdir=str(tmp_path))
     out = io.StringIO()
     run_job(plan, Settings(launcher="mpi"), OutputSink(out, io.StringIO()))
-    assert sorted(out.getvalue().splitlines()) == ["[0] rank 0 of 2 device 0",
-                                                   "[1] rank 1 of 2 device 1"]
+    assert sorted(out.getvalue().splitlines()) == ["[0] rank 0 of 2 device 0 of 0,1",
+                                                   "[1] rank 1 of 2 device 1 of 0,1"]
 
 
 def test_missing_mpirun_is_a_launch_error(tmp_path):

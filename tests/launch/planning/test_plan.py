@@ -55,13 +55,14 @@ def test_environment_contract_for_one_rank():
         "GCURUN_LOCAL_SIZE": "8", "GCURUN_CROSS_RANK": "1", "GCURUN_CROSS_SIZE": "2",
         "GCURUN_HOSTNAME": "b", "RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1",
         "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "1", "MASTER_ADDR": "a",
-        "MASTER_PORT": "1234", "TOPS_VISIBLE_DEVICES": "1", "FOO": "1",
-        "PYTHONUNBUFFERED": "1",
+        "MASTER_PORT": "1234", "FOO": "1", "PYTHONUNBUFFERED": "1",
     }
     for key, value in expected.items():
         assert env[key] == value, key
         if key.startswith("GCURUN_"):
             assert env["HOROVOD_" + key[7:]] == value
+    assert env["TOPS_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7" and env["GCURUN_DEVICE"] == "1"
+    assert env["FLAGS_selected_gcus"] == env["JAX_LOCAL_DEVICE_IDS"] == "1"
 
 
 def test_devices_are_opaque_and_per_host():
@@ -112,3 +113,68 @@ def test_a_plan_holds_at_most_max_ranks():
         assign_ranks(huge, None, False)
     with pytest.raises(PlanError, match=r"-np 1048577: gcurun plans at most 1048576 ranks"):
         assign_ranks([HostSpec("a", 8)], 1048577, True)
+
+
+# -- what each rank's device variable lists ---------------------------------------------------
+
+def device_view(plan):
+    """(host, device variable, GCURUN_DEVICE) per rank, after checking that every
+    variable naming the rank's device agrees: index LOCAL_RANK of its host's list, or
+    index 0 of its own alone under isolation."""
+    rows = []
+    for r in plan.ranks:
+        visible = r.env[plan.device_var].split(",")
+        index = 0 if plan.device_isolation else r.local_rank
+        assert visible[index] == r.env["GCURUN_DEVICE"] == r.device, r.rank
+        assert tuple(visible) == r.visible_devices, r.rank
+        assert r.env["FLAGS_selected_gcus"] == r.env["JAX_LOCAL_DEVICE_IDS"] == str(index)
+        rows.append((r.host, r.env[plan.device_var], r.env["GCURUN_DEVICE"]))
+    return rows
+
+
+def test_every_rank_of_a_host_sees_its_hosts_devices_in_local_rank_order():
+    plan = build_plan((HostSpec("a", 4), HostSpec("b", 4)), ["x"])
+    assert not plan.device_isolation
+    assert device_view(plan) == [("a", "0,1,2,3", str(i)) for i in range(4)] + \
+        [("b", "0,1,2,3", str(i)) for i in range(4)]
+
+
+def test_isolation_shows_each_rank_its_own_device_alone():
+    plan = build_plan((HostSpec("a", 4), HostSpec("b", 4)), ["x"], device_isolation=True)
+    assert plan.device_isolation
+    assert device_view(plan) == [(h, str(i), str(i)) for h in "ab" for i in range(4)]
+
+
+@pytest.mark.parametrize("isolation", [False, True])
+def test_a_devices_subset_is_listed_in_its_own_order(isolation):
+    plan = build_plan((HostSpec("a", 4), HostSpec("b", 4)), ["x"], np=6,
+                      devices=("6", "2", "4", "0"), device_isolation=isolation)
+    if isolation:
+        assert device_view(plan) == [("a", d, d) for d in "6240"] + \
+            [("b", d, d) for d in "62"]
+    else:
+        # b runs two ranks, yet sees every device chosen for it: index 0 and 1 are theirs.
+        assert device_view(plan) == [("a", "6,2,4,0", d) for d in "6240"] + \
+            [("b", "6,2,4,0", d) for d in "62"]
+
+
+def test_a_hosts_own_devices_win_over_the_default_list():
+    hosts = (HostSpec("a", 2, devices=("gcu3", "gcu7")), HostSpec("b", 2))
+    plan = build_plan(hosts, ["x"], devices=("5", "1"))
+    assert device_view(plan) == [("a", "gcu3,gcu7", "gcu3"), ("a", "gcu3,gcu7", "gcu7"),
+                                 ("b", "5,1", "5"), ("b", "5,1", "1")]
+
+
+@pytest.mark.parametrize("isolation", [False, True])
+def test_oversubscribed_hosts_number_a_device_per_rank(isolation):
+    plan = build_plan((HostSpec("a", 2), HostSpec("b", 2)), ["x"], np=6, oversubscribe=True,
+                      device_isolation=isolation)
+    shown = [v for _, v, _ in device_view(plan)]
+    assert shown == (["0", "1", "2"] * 2 if isolation else ["0,1,2"] * 6)
+
+
+def test_without_a_device_variable_no_rank_names_a_device():
+    plan = build_plan((HostSpec("a", 2),), ["x"], device_var=None)
+    assert all(r.visible_devices is None for r in plan.ranks)
+    assert not any("GCURUN_DEVICE" in r.env or "FLAGS_selected_gcus" in r.env
+                   for r in plan.ranks)

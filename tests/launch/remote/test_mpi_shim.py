@@ -43,15 +43,22 @@ def hydra_vars(rank, size, local_rank, local_size):
             "MPI_LOCALNRANKS": str(local_size)}
 
 
+@pytest.mark.parametrize("isolation", [False, True])
 @pytest.mark.parametrize("launcher_vars", [ompi_vars, hydra_vars])
-def test_shim_reproduces_the_plan_environment_of_every_rank(launcher_vars):
-    plan = plan_for()
+def test_shim_reproduces_the_plan_environment_of_every_rank(launcher_vars, isolation):
+    plan = plan_for(devices=("3", "1", "2", "0"), device_isolation=isolation)
     mpirun_env = {**job_environment(plan), **layout_environment(plan, Settings())}
     for r in plan.ranks:
         env = {**mpirun_env, **launcher_vars(r.rank, plan.size, r.local_rank, r.local_size)}
         got = shim_environment(env, hostname="ignored-when-layout-matches")
         assert {**mpirun_env, **got} == {**r.env, **mpirun_env}, f"rank {r.rank}"
-        assert got["TOPS_VISIBLE_DEVICES"] == r.device
+        visible = got["TOPS_VISIBLE_DEVICES"].split(",")
+        index = 0 if isolation else r.local_rank
+        assert visible[index] == got["GCURUN_DEVICE"] == r.device
+        assert got["FLAGS_selected_gcus"] == got["JAX_LOCAL_DEVICE_IDS"] == str(index)
+    assert [r.env["TOPS_VISIBLE_DEVICES"] for r in plan.ranks] == (
+        ["3", "1", "2", "0", "4", "5", "3", "1", "2"] if isolation else
+        ["3,1,2,0"] * 4 + ["4,5"] * 2 + ["3,1,2,0"] * 3)
 
 
 def test_layout_cross_ranks_are_horovods():
@@ -61,7 +68,8 @@ def test_layout_cross_ranks_are_horovods():
     got = shim_environment(env, "c")
     assert (got["GCURUN_CROSS_RANK"], got["GCURUN_CROSS_SIZE"], got["GROUP_RANK"]) == \
         ("1", "2", "2")
-    assert got["HOROVOD_HOSTNAME"] == "c" and got["TOPS_VISIBLE_DEVICES"] == "2"
+    assert got["HOROVOD_HOSTNAME"] == "c" and got["TOPS_VISIBLE_DEVICES"] == "0,1,2"
+    assert got["GCURUN_DEVICE"] == "2"
 
 
 def test_without_layout_equal_blocks_are_assumed():
@@ -78,7 +86,8 @@ def test_placement_that_disagrees_with_the_layout_falls_back():
     env = {"GCURUN_MPI_SLOTS": "2,2", "GCURUN_MPI_HOSTS": "a,b", **ompi_vars(1, 4, 0, 2),
            "GCURUN_DEVICE_VAR": "TOPS_VISIBLE_DEVICES", "GCURUN_DEVICES": "0,1;0,1"}
     got = shim_environment(env, "real-b")
-    assert got["GCURUN_HOSTNAME"] == "real-b" and got["TOPS_VISIBLE_DEVICES"] == "0"
+    assert got["GCURUN_HOSTNAME"] == "real-b" and got["TOPS_VISIBLE_DEVICES"] == "0,1"
+    assert got["GCURUN_DEVICE"] == "0"
 
 
 def test_unknown_host_with_different_device_lists_is_an_error():
@@ -98,7 +107,10 @@ def test_a_rank_past_its_hosts_devices_is_an_error():
 
 def test_default_devices_follow_the_local_rank():
     env = {**ompi_vars(3, 4, 1, 2), "GCURUN_DEVICE_VAR": "MLU_VISIBLE_DEVICES"}
-    assert shim_environment(env, "x")["MLU_VISIBLE_DEVICES"] == "1"
+    got = shim_environment(env, "x")
+    assert (got["MLU_VISIBLE_DEVICES"], got["GCURUN_DEVICE"]) == ("0,1", "1")
+    got = shim_environment({**env, "GCURUN_DEVICE_ISOLATION": "1"}, "x")
+    assert (got["MLU_VISIBLE_DEVICES"], got["GCURUN_DEVICE"]) == ("1", "1")
 
 
 def test_slurm_identity():
@@ -138,15 +150,17 @@ def run_shim(*cmd, extra=None):
 def test_shim_execs_python():
     out = run_shim(sys.executable, "-c", DUMP)
     env = json.loads(out.stdout)
-    assert (env["RANK"], env["LOCAL_RANK"], env["TOPS_VISIBLE_DEVICES"]) == ("1", "1", "7")
+    assert (env["RANK"], env["LOCAL_RANK"], env["TOPS_VISIBLE_DEVICES"]) == ("1", "1", "6,7")
+    assert env["GCURUN_DEVICE"] == "7"
     assert env["HOROVOD_SIZE"] == "2"
 
 
 def test_shim_execs_a_shell_script(tmp_path):
     script = tmp_path / "run.sh"
-    script.write_text('echo "rank=$GCURUN_RANK dev=$TOPS_VISIBLE_DEVICES args=$*"\n')
+    script.write_text('echo "rank=$GCURUN_RANK dev=$GCURUN_DEVICE of $TOPS_VISIBLE_DEVICES '
+                      'args=$*"\n')
     out = run_shim("bash", str(script), "x", "y")
-    assert out.stdout == "rank=1 dev=7 args=x y\n"
+    assert out.stdout == "rank=1 dev=7 of 6,7 args=x y\n"
 
 
 def test_shim_reports_errors_and_missing_programs():
@@ -180,23 +194,29 @@ def slurm_task(rank, local_rank, **extra):
             "GCURUN_GRES_DEVICES": "1", **extra}
 
 
+def devices_of(env):
+    got = shim_environment(env, "h")
+    return got["CUDA_VISIBLE_DEVICES"], got["GCURUN_DEVICE"], got["FLAGS_selected_gpus"]
+
+
 def test_devices_slurms_gres_set_win_over_the_plans():
-    # srun --gres=gpu:2: both tasks of a node see the node's list; each takes its own.
+    # srun --gres=gpu:2: both tasks of a node see the node's list; each takes its own,
+    # at its local rank (or sees it alone under --device-isolation).
     shared = {"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_STEP_GPUS": "2,3"}
-    assert [shim_environment(slurm_task(r, r, **shared), "h")["CUDA_VISIBLE_DEVICES"]
-            for r in (0, 1)] == ["2", "3"]
+    assert [devices_of(slurm_task(r, r, **shared)) for r in (0, 1)] == \
+        [("2,3", "2", "0"), ("2,3", "3", "1")]
+    assert [devices_of(slurm_task(r, r, GCURUN_DEVICE_ISOLATION="1", **shared))
+            for r in (0, 1)] == [("2", "2", "0"), ("3", "3", "0")]
     # srun --gpus-per-task: each task keeps what it got, one device or several.
-    assert shim_environment(slurm_task(1, 1, CUDA_VISIBLE_DEVICES="1"),
-                            "h")["CUDA_VISIBLE_DEVICES"] == "1"
-    assert shim_environment(slurm_task(1, 1, CUDA_VISIBLE_DEVICES="2,3",
-                                       SLURM_GPUS_PER_TASK="2"),
-                            "h")["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert devices_of(slurm_task(1, 1, CUDA_VISIBLE_DEVICES="1")) == ("1", "1", "0")
+    assert devices_of(slurm_task(1, 1, CUDA_VISIBLE_DEVICES="2,3",
+                                 SLURM_GPUS_PER_TASK="2")) == ("2,3", "2,3", "0")
     # No GRES: the plan's devices.
-    assert shim_environment(slurm_task(1, 1), "h")["CUDA_VISIBLE_DEVICES"] == "1"
+    assert devices_of(slurm_task(1, 1)) == ("0,1", "1", "1")
     # Not asked to take Slurm's (mpirun, which passes the launcher's variable on).
     got = shim_environment({**slurm_task(1, 1, CUDA_VISIBLE_DEVICES="7"),
                             "GCURUN_GRES_DEVICES": ""}, "h")
-    assert got["CUDA_VISIBLE_DEVICES"] == "1"
+    assert got["CUDA_VISIBLE_DEVICES"] == "0,1"
 
 
 def test_a_shared_gres_list_shorter_than_the_ranks_is_an_error():

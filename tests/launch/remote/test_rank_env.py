@@ -34,9 +34,20 @@ def test_paddle_reads_what_its_launcher_would_set():
         "PADDLE_TRAINER_ENDPOINTS": "a:29501,a:29502,b:29501,b:29502",
         "PADDLE_CURRENT_ENDPOINT": "b:29502", "PADDLE_DISTRI_BACKEND": "xccl",
         "PADDLE_XCCL_BACKEND": "gcu"}
-    # The rank sees one device (its own), so its index in the visible list is 0.
+    # Isolated (no visible list given), the rank sees one device, its own, at index 0.
     assert env["FLAGS_selected_gcus"] == "0" and env["TOPS_VISIBLE_DEVICES"] == "1"
     assert env["JAX_COORDINATOR_ADDRESS"] == "a:29500" and env["JAX_LOCAL_DEVICE_IDS"] == "0"
+    assert env["GCURUN_DEVICE"] == "1"
+
+
+def test_a_rank_seeing_its_hosts_devices_is_told_its_index():
+    env = env_of(rank=3, device="5", visible_devices=("7", "5"))
+    assert (env["TOPS_VISIBLE_DEVICES"], env["GCURUN_DEVICE"]) == ("7,5", "5")
+    assert env["FLAGS_selected_gcus"] == env["JAX_LOCAL_DEVICE_IDS"] == "1"
+    # The same id twice: the local rank's entry is the rank's.
+    assert env_of(rank=3, device="0", visible_devices=("0", "0"))["FLAGS_selected_gcus"] == "1"
+    with pytest.raises(ValueError, match="device '9' is not among the visible devices '7,5'"):
+        env_of(device="9", visible_devices=("7", "5"))
 
 
 @pytest.mark.parametrize(("device_var", "flag", "backend"), [
