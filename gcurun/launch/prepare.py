@@ -23,6 +23,7 @@ from gcurun.config.api import DEVICE_VARIABLES, Settings
 from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.api import LaunchPlan
+from gcurun.launch.remote.horovod_alias import ALIAS_VARIABLE
 
 if TYPE_CHECKING:
     from gcurun.launch.ssh.preflight import HostSession
@@ -83,6 +84,8 @@ def plan_job(command: Sequence[str], settings: Settings, *,
     job_env = {name: environ[name] for name in settings.forward_env if name in environ}
     job_env.update(settings.env)
     job_env.update(runtime_environment(settings.runtime))
+    if settings.horovod_alias != "off" or ALIAS_VARIABLE in environ:
+        job_env[ALIAS_VARIABLE] = settings.horovod_alias   # "off" too: the ranks inherit
     if settings.mpi.network_interface:
         from gcurun.launch.mpi.command import parse_network_interface
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from gcurun.errors import HostSpecError
 from gcurun.hosts.slurm import parse_tasks_per_node
 from gcurun.launch.remote.bind_exec import exec_command, exec_with_binding
+from gcurun.launch.remote.horovod_alias import alias_environment
 from gcurun.launch.remote.rank_env import (
     ANY_ADDRESS,
     GCURUN_PREFIX,
@@ -296,6 +297,7 @@ def shim_environment(env: Mapping[str, str], hostname: str,
     if JOB_NAME_VARIABLE in env:
         out["SLURM_JOB_NAME"] = env[JOB_NAME_VARIABLE]
     out.update(launcher_addresses(env))
+    out.update(alias_environment({**env, **out}))
     return out
 
 
