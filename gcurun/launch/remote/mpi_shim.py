@@ -262,8 +262,9 @@ def shim_environment(env: Mapping[str, str], hostname: str,
 
     ``cpu_count`` is the number of CPUs mpirun bound the rank to (the plan's binding, when
     there is one, wins); it becomes OMP_NUM_THREADS when gcurun asked for a binding and
-    the user did not set it. Raises ShimError when the rank cannot be identified or has
-    no device.
+    the user did not set it; PYTHONPATH starts with this host's Horovod aliases when the
+    job asks for them (``GCURUN_HOROVOD_ALIAS``). Raises ShimError when the rank cannot be
+    identified or has no device.
     """
     ident = launcher_identity(env)
     binding = rank_binding(env, ident.rank)
