@@ -30,6 +30,7 @@ SETTING_KEYS = {
     "grace_seconds": "grace_seconds", "workdir": "workdir",
     "liveness_timeout": "liveness_timeout",
     "master_addr": "master_addr", "master_port": "master_port", "env_forward": "env_forward",
+    "horovod_alias": "horovod_alias",
     "ssh_user": "ssh.user", "ssh_port": "ssh.port", "ssh_identity_file": "ssh.identity_file",
     "host_key_policy": "ssh.host_key_policy", "python": "ssh.python",
     "ssh_timeout": "ssh.timeout", "ssh_config": "ssh.config_file",
@@ -94,6 +95,9 @@ def _options(func):
                      help="MASTER_ADDR for torch (default: rank 0's host)."),
         click.option("--master-port", type=int, metavar="PORT",
                      help="MASTER_PORT for torch (default: a free port)."),
+        click.option("--horovod-alias", type=click.Choice(["off", "on", "force"]),
+                     help="on: the ranks' 'import horovod.torch' (.tensorflow, .keras) gives "
+                     "gcurun's binding unless Horovod is installed; force: even then."),
         # Output
         click.option("--output-dir", metavar="DIR",
                      help="Also write rank-N.stdout.log / rank-N.stderr.log under DIR."),

@@ -18,6 +18,9 @@ Accelerator = Literal["gcu", "cuda", "rocm", "ascend", "mlu", "none"]
 BindTo = Literal["none", "core", "socket", "numa"]
 MapBy = Literal["slot", "numa", "socket"]
 HostKeyPolicy = Literal["strict", "accept-new", "off"]
+# Whether `import horovod.*` on the ranks gives gcurun's bindings: never, unless Horovod is
+# installed there, or always.
+HorovodAlias = Literal["off", "on", "force"]
 
 # The variable each accelerator reads to know which devices a process may use.
 DEVICE_VARIABLES: Mapping[str, str | None] = {
@@ -89,6 +92,7 @@ class Settings:
     workdir: str | None = None
     master_addr: str | None = None              # torch's MASTER_ADDR; None = rank 0's host
     master_port: int | None = None              # torch's MASTER_PORT; None = a free port
+    horovod_alias: HorovodAlias = "off"        # import horovod.* as gcurun's bindings
     ssh: SSHSettings = field(default_factory=SSHSettings)
     mpi: MPISettings = field(default_factory=MPISettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)

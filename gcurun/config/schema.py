@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from gcurun.config.api import Accelerator, BindTo, HostKeyPolicy, MapBy
+from gcurun.config.api import Accelerator, BindTo, HorovodAlias, HostKeyPolicy, MapBy
 
 Kind = Literal[
     "int",      # a whole number
@@ -159,6 +159,7 @@ KEYS: tuple[Key, ...] = (
     Key("master_addr", "str", nullable=True, in_profile=False, in_environ=False),
     Key("master_port", "int", low=1, high=65535, nullable=True, in_profile=False,
         in_environ=False),
+    Key("horovod_alias", "choice", choices=_choices(HorovodAlias)),
     Key("ssh.user", "user", nullable=True),
     Key("ssh.port", "int", low=1, high=65535, nullable=True),
     Key("ssh.identity_file", "path", nullable=True),

@@ -64,15 +64,14 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     UsageError for bad arguments (elastic ones included), SSHConnectError when a host
     fails the preflight, and RanksFailedError or LaunchError when ranks cannot run.
     """
-    import cloudpickle
-
     from gcurun.config.resolve import load_settings
+    from gcurun.launch.remote.run_function import pack_call
 
     given = dict(locals())
     cli = settings_from(given)
     settings = load_settings(cli, profile, os.environ)
     try:
-        payload = cloudpickle.dumps(functools.partial(fn, *args, **dict(kwargs or {})))
+        payload = pack_call(functools.partial(fn, *args, **dict(kwargs or {})))
     except Exception as exc:
         raise UsageError(f"gcurun.run: the function or its arguments cannot be pickled "
                          f"({type(exc).__name__}: {exc}); pass picklable values") from None

@@ -24,6 +24,7 @@ from gcurun.config.api import DEVICE_VARIABLES, Settings
 from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.api import LaunchPlan
+from gcurun.launch.remote.horovod_alias import ALIAS_VARIABLE
 
 if TYPE_CHECKING:
     from gcurun.launch.ssh.preflight import HostSession
@@ -92,6 +93,8 @@ def plan_job(command: Sequence[str], settings: Settings, *,
     # reaches the ranks as that variable itself, beside its Horovod twins
     # (HOROVOD_STALL_CHECK_DISABLE), which the ranks read below gcurun's own names.
     job_env.update(runtime_environment(settings.runtime, settings.sources))
+    if settings.horovod_alias != "off" or ALIAS_VARIABLE in environ:
+        job_env[ALIAS_VARIABLE] = settings.horovod_alias   # "off" too: the ranks inherit
     if settings.mpi.network_interface:
         from gcurun.launch.mpi.command import parse_network_interface
 

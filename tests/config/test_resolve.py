@@ -55,6 +55,7 @@ CASES = [
     Case("grace_seconds", 1.0, "2", 2.0, "GCURUN_GRACE_SECONDS", "3.5", 3.5),
     Case("liveness_timeout", 1.0, "2", 2.0, "GCURUN_LIVENESS_TIMEOUT", "3.5", 3.5),
     Case("workdir", "/c", "/p", "/p", "GCURUN_WORKDIR", "/e", "/e"),
+    Case("horovod_alias", "off", "on", "on", "GCURUN_HOROVOD_ALIAS", "force", "force"),
     Case("ssh.user", "c", "p", "p", "GCURUN_SSH_USER", "e", "e"),
     Case("ssh.port", 2201, "2202", 2202, "GCURUN_SSH_PORT", "2203", 2203),
     Case("ssh.identity_file", "/c/key", "/p/key", "/p/key", "GCURUN_SSH_IDENTITY_FILE",
@@ -522,7 +523,7 @@ def test_explain_settings_lists_every_key_with_value_and_source():
         "np", "hosts", "hostfile", "oversubscribe", "accelerator", "devices",
         "device_isolation", "launcher", "env", "env.A", "forward_env", "env_forward",
         "bind_to", "map_by", "report_bindings", "output_dir", "show_ranks", "grace_seconds",
-        "liveness_timeout", "workdir", "master_addr", "master_port"]
+        "liveness_timeout", "workdir", "master_addr", "master_port", "horovod_alias"]
     assert by_key["np"] == (4, "cli")
     assert by_key["env.A"] == ("x", "profile:p.yaml:2")
     assert by_key["ssh.port"] == (2222, "profile:p.yaml:4")

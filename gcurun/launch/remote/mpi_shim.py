@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from gcurun.errors import HostSpecError
 from gcurun.hosts.slurm import parse_tasks_per_node
 from gcurun.launch.remote.bind_exec import exec_command, exec_with_binding
+from gcurun.launch.remote.horovod_alias import alias_environment
 from gcurun.launch.remote.rank_env import (
     ANY_ADDRESS,
     GCURUN_PREFIX,
@@ -275,8 +276,9 @@ def shim_environment(env: Mapping[str, str], hostname: str,
 
     ``cpu_count`` is the number of CPUs mpirun bound the rank to (the plan's binding, when
     there is one, wins); it becomes OMP_NUM_THREADS when gcurun asked for a binding and
-    the user did not set it. Raises ShimError when the rank cannot be identified or has
-    no device.
+    the user did not set it; PYTHONPATH starts with this host's Horovod aliases when the
+    job asks for them (``GCURUN_HOROVOD_ALIAS``). Raises ShimError when the rank cannot be
+    identified or has no device.
     """
     ident = launcher_identity(env)
     binding = rank_binding(env, ident.rank)
@@ -311,6 +313,7 @@ def shim_environment(env: Mapping[str, str], hostname: str,
     if JOB_NAME_VARIABLE in env:
         out["SLURM_JOB_NAME"] = env[JOB_NAME_VARIABLE]
     out.update(launcher_addresses(env))
+    out.update(alias_environment({**env, **out}))
     return out
 
 

@@ -14,12 +14,16 @@ to load and pickle closures, cloudpickle.
 
 from __future__ import annotations
 
+import functools
+import linecache
 import os
 import pickle
 import socket
 import sys
 import time
 import traceback
+import types
+from collections.abc import Callable
 from typing import Any
 
 from gcurun.rendezvous import wire
@@ -91,13 +95,52 @@ def connect(addresses: list[tuple[str, int]], secret: bytes,
         time.sleep(0.2)
 
 
+def _code_of(call: Callable[[], Any]) -> types.CodeType | None:
+    target = call.func if isinstance(call, functools.partial) else call
+    return getattr(target, "__code__", None)
+
+
+def pack_call(call: Callable[[], Any]) -> bytes:
+    """``call`` pickled for the ranks, with the name and lines of the file its function
+    comes from: cloudpickle (3.1 and later) ships a function's code under the file name
+    ``<dynamic-code>``, of which a rank's traceback could show no line. (Helpers that
+    cloudpickle ships by value from other files still show none.) Raises what cloudpickle
+    raises for what cannot be pickled."""
+    import cloudpickle
+
+    code = _code_of(call)
+    filename = code.co_filename if code is not None else ""
+    lines = linecache.getlines(filename) if filename else []
+    return cloudpickle.dumps((call, filename, lines))
+
+
+def unpack_call(payload: bytes) -> Callable[[], Any]:
+    """The call of :func:`pack_call`, its code under its own file name again and that
+    file's lines where tracebacks look for them (the file need not exist on this host)."""
+    call, filename, lines = pickle.loads(payload)
+    code = _code_of(call)
+    if code is not None and lines:
+        linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+        if code.co_filename != filename:
+            target = call.func if isinstance(call, functools.partial) else call
+            target.__code__ = _renamed(code, filename)
+    return call
+
+
+def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
+    """``code`` and the code inside it (nested functions, comprehensions) from ``filename``."""
+    consts = tuple(_renamed(c, filename) if isinstance(c, types.CodeType) else c
+                   for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
 def outcome(payload: bytes) -> tuple[bool, bytes]:
     """(True, the pickled result) or (False, the pickled error report) of calling the
-    pickled function ``payload``."""
+    function that :func:`pack_call` packed in ``payload``."""
     import cloudpickle
 
     try:
-        return True, cloudpickle.dumps(pickle.loads(payload)())
+        return True, cloudpickle.dumps(unpack_call(payload)())
     except BaseException as exc:  # a rank reports everything, SystemExit included
         error = exc
     frames = error.__traceback__.tb_next if error.__traceback__ else None  # not this one

@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from gcurun.launch.remote.horovod_alias import alias_environment
 from gcurun.launch.remote.mpi_guard import death_signal_setter
 
 
@@ -24,8 +25,11 @@ def merged_environment(base: Mapping[str, str], rank_env: Mapping[str, str],
                        forwarded: Mapping[str, str] | None = None) -> dict[str, str]:
     """A rank's environment: the login (or launcher's) environment, then what the
     launcher forwarded of its own, then the variables all ranks of the job share, then
-    the rank's own, then the secrets."""
-    return {**base, **(forwarded or {}), **(shared or {}), **rank_env, **secrets}
+    the rank's own, then the secrets; gcurun's Horovod aliases first on PYTHONPATH where
+    the job asks for them."""
+    env = {**base, **(forwarded or {}), **(shared or {}), **rank_env, **secrets}
+    env.update(alias_environment(env))
+    return env
 
 
 def binding_argv(argv: Sequence[str], binding: Mapping[str, Any] | None,

@@ -217,18 +217,28 @@ def broadcast_(variables: Any, root_rank: int, name: str | None = None,
     variables = [variables] if single else list(variables)
     values = grouped_broadcast([v.read_value() if hasattr(v, "read_value") else v
                                 for v in variables], root_rank, name, process_set)
+    # (No annotated name here: autograph, converting this inside a tf.function step,
+    # warns about one and converts nothing.)
     if executing_eagerly():
         for var, value in zip(variables, values, strict=True):
             var.assign(value)
-        results: list[Any] = variables
+        results = variables
     else:
         results = [_assign(var, value) for var, value in zip(variables, values, strict=True)]
     return results[0] if single else results
 
 
 def _assign(var: Any, value: tf.Tensor) -> tf.Tensor:
+    """Assign ``value`` to ``var`` in a graph; the value read back, after the assignment.
+
+    A Keras 3 variable is no ``tf.Variable``: its ``value`` is the ``tf.Variable`` that
+    holds it (in a ``tf.function`` step too, where Horovod's TF2 loop broadcasts
+    ``model.variables`` and ``opt.variables``)."""
+    if not isinstance(var, tf.Variable) and isinstance(getattr(var, "value", None),
+                                                       tf.Variable):
+        var = var.value
     if isinstance(var, tf.Variable) and hasattr(var, "handle"):    # resource variable
-        return var.assign(value, read_value=True)
+        return var.assign(tf.cast(value, var.dtype), read_value=True)
     return tf.compat.v1.assign(var, value)
 
 

@@ -1,0 +1,46 @@
+"""Scripts written for Horovod, their imports untouched, under ``gcurun --horovod-alias on``
+on both backends (tcp: gcurun's own launcher; mpi: ``--mpi``): Horovod's TF2 custom training
+loop (broadcasts inside the ``tf.function`` step, on Keras 3 variables, with and without
+LossScaleOptimizer) and Horovod's Keras recipe through ``horovod.keras``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
+                                         "(pip install tensorflow-cpu)")
+
+from tests.helpers import run_gcurun  # noqa: E402
+from tests.runtime.jobs import MPIRUN  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.tensorflow]
+RANKS = Path(__file__).resolve().parent / "ranks"
+BACKENDS = [pytest.param((), id="tcp"),
+            pytest.param(("--mpi",), id="mpi", marks=[
+                pytest.mark.mpi,
+                pytest.mark.skipif(MPIRUN is None, reason="mpirun is not on PATH")])]
+
+
+def run_script(flags: tuple[str, ...], script: str, *args: str) -> str:
+    done = run_gcurun("-np", "2", *flags, "--horovod-alias", "on", sys.executable,
+                      str(RANKS / script), *args, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("flags", BACKENDS)
+def test_horovods_tf2_loop_gives_every_rank_rank_0s_weights(flags: tuple[str, ...]) -> None:
+    lines = run_script(flags, "horovod_tf2_loop.py").splitlines()
+    for rank in range(2):
+        for what in ("float32", "mixed"):
+            assert f"[{rank}] rank {rank} of 2 {what} ok" in lines, lines
+
+
+@pytest.mark.parametrize("flags", BACKENDS)
+def test_horovods_keras_recipe_runs_through_horovod_keras(flags: tuple[str, ...]) -> None:
+    out = run_script(flags, "horovod_keras_fit.py")
+    assert "[0] rank 0 of 2 ok" in out.splitlines()
+    assert "[1] rank 1 of 2 ok" in out.splitlines()
