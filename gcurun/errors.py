@@ -67,6 +67,9 @@ class RankFailure:
     signal: int | None = None
     stderr_tail: tuple[str, ...] = field(default_factory=tuple)
     error_text: str | None = None
+    # Ranks this one gave up waiting for (a collective's timeout, the stall inspector),
+    # with their hosts, when they were still running then: those did not arrive.
+    waited_for: tuple[tuple[int, str], ...] = ()
 
     @property
     def signal_name(self) -> str | None:
@@ -88,6 +91,14 @@ class RankFailure:
         how = (f"was killed by {self.signal_name}" if self.signal is not None
                else f"exited with code {self.exit_code}")
         return f"rank {self.rank} on {self.host} {how}"
+
+    def describe_cause(self) -> str:
+        """The root cause in words: this rank's end, or the ranks it waited for in vain."""
+        if not self.waited_for:
+            return f"{self.describe()} (root cause)"
+        named = " and ".join(f"rank {r} on {h}" for r, h in self.waited_for)
+        return (f"{named} did not arrive (root cause): {self.describe()} after it gave "
+                f"up waiting for {'them' if len(self.waited_for) > 1 else 'it'}")
 
 
 class RanksFailedError(GcurunError):

@@ -42,16 +42,9 @@ def launcher_log(level: str | None, stream: TextIO, *,
                  timestamps: bool = False) -> Iterator[None]:
     """While inside, the launcher's messages of ``level`` (horovodrun's names: TRACE ...
     FATAL; None: WARNING) and above go to ``stream``."""
-    logger = logging.getLogger(LOGGER)
+    from gcurun.cli.sshlog import handled_by
+
     handler = LaunchLogHandler(stream, LEVELS[(level or "WARNING").upper()],
                                timestamps=timestamps)
-    old_level, old_propagate = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(handler.level)
-    logger.propagate = False
-    try:
+    with handled_by(logging.getLogger(LOGGER), handler, handler.level):
         yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
-        logger.propagate = old_propagate

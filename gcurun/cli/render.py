@@ -224,8 +224,7 @@ def report_error(exc: GcurunError, err: TextIO | None = None) -> None:
     err = err or sys.stderr
     if isinstance(exc, RanksFailedError):
         f = exc.failure
-        lines = [f"gcurun: job failed: {f.describe()} (root cause); "
-                 f"every other rank was stopped"]
+        lines = [f"gcurun: job failed: {f.describe_cause()}; every other rank was stopped"]
         if f.error_text:
             lines.append(f"  {f.error_text}")
         if f.stderr_tail:

@@ -52,10 +52,19 @@ def ssh_reports(stream: TextIO) -> Iterator[None]:
         live = stream.isatty()
     except (AttributeError, ValueError):
         live = False
-    handler = SSHReportHandler(stream, live)
+    with handled_by(logger, SSHReportHandler(stream, live), logging.INFO):
+        yield
+
+
+@contextlib.contextmanager
+def handled_by(logger: logging.Logger, handler: logging.Handler,
+               level: int | None = None) -> Iterator[None]:
+    """While inside, ``logger``'s records go to ``handler`` alone (not to the root's
+    handlers too), from ``level`` up when given; the logger is as it was afterwards."""
     old_level, old_propagate = logger.level, logger.propagate
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    if level is not None:
+        logger.setLevel(level)
     logger.propagate = False
     try:
         yield
@@ -81,13 +90,5 @@ class WarningHandler(logging.Handler):
 def warnings_of(name: str, stream: TextIO) -> Iterator[None]:
     """While inside, the warnings of the logger ``name`` (the rendezvous, say) go to
     ``stream`` with gcurun's prefix instead of Python's bare last-resort output."""
-    logger = logging.getLogger(name)
-    handler = WarningHandler(stream)
-    old_propagate = logger.propagate
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
+    with handled_by(logging.getLogger(name), WarningHandler(stream)):
         yield
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = old_propagate

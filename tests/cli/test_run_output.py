@@ -67,10 +67,22 @@ def test_a_full_log_disk_warns_once_and_the_job_goes_on(tmp_path):
 def test_a_console_nobody_reads_neither_grows_gcurun_nor_delays_a_signal(tmp_path):
     """Two ranks write 200 MB each into a gcurun whose stdout is a pipe nobody reads;
     gcurun's memory stays bounded, and SIGTERM stops it and every rank."""
+    code, stderr, ranks = sigterm_with_an_unread_console(
+        tmp_path, ["-np", "2"], 200 * 1024 * 1024)
+    assert code == 128 + signal.SIGTERM, stderr
+    assert "gcurun: interrupted by SIGTERM; stopped every rank" in stderr
+    assert survivors(ranks) == []
+
+
+def sigterm_with_an_unread_console(tmp_path: Path, args: list[str],
+                                   size: int) -> tuple[int, str, list[int]]:
+    """Run gcurun ``args`` with two chatty ranks writing ``size`` bytes each into a stdout
+    nobody reads; once both wrote it all, check gcurun's peak memory (< 300 MB) and send
+    SIGTERM. Returns gcurun's exit code, its stderr and the ranks' pids."""
     err = (tmp_path / "stderr").open("w")
     proc = subprocess.Popen(
-        gcurun_cmd("-np", "2", "--grace-seconds", "3", sys.executable, CHATTY, str(tmp_path),
-                   "--bytes", str(200 * 1024 * 1024), "--linger", "600"),
+        gcurun_cmd(*args, "--grace-seconds", "3", sys.executable, CHATTY, str(tmp_path),
+                   "--bytes", str(size), "--linger", "600"),
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE, stderr=err)
     ranks: list[int] = []
@@ -86,10 +98,7 @@ def test_a_console_nobody_reads_neither_grows_gcurun_nor_delays_a_signal(tmp_pat
         proc.kill()
         proc.wait()
         err.close()
-    assert proc.returncode == 128 + signal.SIGTERM
-    assert "gcurun: interrupted by SIGTERM; stopped every rank" in \
-        (tmp_path / "stderr").read_text()
-    assert survivors(ranks) == []
+    return proc.returncode, (tmp_path / "stderr").read_text(), ranks
 
 
 def test_sigterm_ends_gcurun_when_its_stdout_and_stderr_are_one_unread_pipe(tmp_path):

@@ -3,15 +3,13 @@ relayed over SSH): a full log disk on the launcher's host, a console nobody read
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 
 import pytest
 
-from tests.cli.test_run_output import CHATTY, full_tmpfs, vm_peak_mb
-from tests.helpers import ROOT, gcurun_cmd, run_gcurun, survivors, wait_for
+from tests.cli.test_run_output import CHATTY, full_tmpfs, sigterm_with_an_unread_console
+from tests.helpers import run_gcurun, survivors
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
@@ -33,26 +31,8 @@ def test_a_full_log_disk_does_not_stop_an_ssh_job(netns_cluster, tmp_path):
 def test_a_console_nobody_reads_does_not_hold_an_ssh_job(netns_cluster, tmp_path):
     """Ranks on two hosts write 100 MB each into a gcurun whose stdout is a pipe nobody
     reads: gcurun's memory stays bounded, and SIGTERM stops it and every rank."""
-    err = (tmp_path / "stderr").open("w")
-    proc = subprocess.Popen(
-        gcurun_cmd("-np", "2", "-H", "h1:1,h2:1", "--ssh-config",
-                   str(netns_cluster.ssh_config), "--grace-seconds", "3", sys.executable,
-                   CHATTY, str(tmp_path), "--bytes", str(100 * 1024 * 1024), "--linger",
-                   "600"),
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE, stderr=err)
-    ranks: list[int] = []
-    try:
-        wait_for("both ranks wrote their output", lambda: all(
-            (tmp_path / f"rank-{r}.done").exists() for r in range(2)), timeout=300)
-        ranks = [int((tmp_path / f"rank-{r}.pid").read_text()) for r in range(2)]
-        peak = vm_peak_mb(proc.pid)
-        assert peak < 300, f"gcurun grew to {peak:.0f} MB"
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-    finally:
-        proc.kill()
-        proc.wait()
-        err.close()
-    assert proc.returncode == 128 + signal.SIGTERM, (tmp_path / "stderr").read_text()
+    code, stderr, ranks = sigterm_with_an_unread_console(
+        tmp_path, ["-np", "2", "-H", "h1:1,h2:1", "--ssh-config", str(netns_cluster.ssh_config)],
+        100 * 1024 * 1024)
+    assert code == 128 + signal.SIGTERM, stderr
     assert survivors(ranks) == []

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 _stopping: float | None = None     # monotonic time the stop was requested
 _PR_SET_PDEATHSIG = 1
@@ -70,18 +70,21 @@ def become_subreaper() -> bool:
 
 def own_children() -> list[int]:
     """The pids of this process's live (not zombie) children."""
-    me, found = os.getpid(), []
+    me = os.getpid()
+    return [pid for pid, fields in _processes() if int(fields[1]) == me and fields[0] != "Z"]
+
+
+def _processes() -> Iterator[tuple[int, list[str]]]:
+    """Every process's pid and the fields of its /proc/PID/stat after the command name
+    (state, parent, process group, session, ...); those that end meanwhile are skipped."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
+                yield int(entry), fh.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == me and fields[0] != "Z":
-            found.append(int(entry))
-    return found
 
 
 def wait_adopted(deadline: float, kill_wait: float = ADOPTED_SLACK) -> None:
@@ -129,17 +132,10 @@ def group_exists(pgid: int) -> bool:
 def session_processes(sid: int) -> list[tuple[int, int]]:
     """(pid, process group) of every live process in session ``sid`` but this one."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
+    for pid, fields in _processes():
         state, pgrp, session = fields[0], int(fields[2]), int(fields[3])
-        if session == sid and state != "Z":
-            found.append((int(entry), pgrp))
+        if pid != os.getpid() and session == sid and state != "Z":
+            found.append((pid, pgrp))
     return found
 
 

@@ -23,6 +23,7 @@ from gcurun.launch.supervision.output import (
     CONSOLE_PATIENCE_INTERRUPTED,
     OutputSink,
 )
+from gcurun.launch.supervision.waited import ranks_waited_for
 
 log = logging.getLogger("gcurun.launch.supervision")
 
@@ -103,12 +104,19 @@ class JobState:
             return False
         failure = RankFailure(
             rank=event.rank, host=self.rank_hosts[event.rank], exit_code=event.exit_code,
-            signal=event.signal, stderr_tail=tail, error_text=event.error_text)
+            signal=event.signal, stderr_tail=tail, error_text=event.error_text,
+            waited_for=self._absent(event.rank, (*tail, event.error_text or "")))
         if self.stopping:
             self.later_failures.append(failure)
             return False
         self.failure = failure
         return True
+
+    def _absent(self, rank: int, last_words: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
+        """The ranks ``rank`` gave up waiting for that are still running: they did not
+        arrive (one that ended already is a failure of its own, or none)."""
+        return tuple((r, self.rank_hosts[r]) for r in ranks_waited_for(last_words)
+                     if r != rank and r in self.running)
 
     def on_lost(self, event: ExecutorErrorEvent) -> bool:
         """Ranks an executor lost contact with count as failed (exit code 255)."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import logging
+import os
 import socket
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,6 +232,7 @@ def _start_engine(state_: JobState) -> JobState:
     try:
         if state_.backend == "mpi":
             _check_mpi_threads()
+            _exit_at_once_on_an_unhandled_error()
         state_.engine = start_engine(state_.transport, state_.env, state_.env.chunk_bytes,
                                      hosts=state_.hosts)
     except BaseException:
@@ -237,6 +240,36 @@ def _start_engine(state_: JobState) -> JobState:
         raise
     state_.communicator = Collectives(state_.engine)
     return state_
+
+
+_exit_hook_installed = False
+
+
+def _exit_at_once_on_an_unhandled_error() -> None:
+    """Under MPI a script's unhandled exception must end its process: mpi4py calls
+    MPI_Finalize at exit, and Open MPI's waits for every rank, so a rank whose peer is
+    stopped (SIGSTOP, a debugger) or hung would never exit, and mpirun, waiting for it,
+    would never stop the job. After the usual traceback the process leaves at once with
+    Python's code for an unhandled exception, 1; mpirun then stops the others. Ctrl-C
+    (KeyboardInterrupt) ends the process as Python does."""
+    global _exit_hook_installed
+    if _exit_hook_installed:
+        return
+    _exit_hook_installed = True
+    previous = sys.excepthook
+
+    def leave(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        previous(kind, value, tb)
+        if issubclass(kind, KeyboardInterrupt):
+            return
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(1)
+
+    sys.excepthook = leave
 
 
 def _check_mpi_threads() -> None:

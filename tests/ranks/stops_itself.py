@@ -1,0 +1,19 @@
+"""Rank script: rank ``argv[1]`` stops itself with SIGSTOP after a first allreduce (as a
+debugger or a stopped terminal job would); the others call a second one, which times out
+(GCURUN_TIMEOUT_SECONDS) and ends them with the runtime's error, uncaught."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import numpy as np
+
+import gcurun.runtime as hvd
+
+hvd.init()
+hvd.allreduce(np.ones(4), name="warmup")
+if hvd.rank() == int(sys.argv[1]):
+    os.kill(os.getpid(), signal.SIGSTOP)
+hvd.allreduce(np.ones(4), name="after.stop")
