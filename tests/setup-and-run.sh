@@ -3,7 +3,7 @@
 #   system: openssh-server (sshd for the namespace hosts), iproute2 (ip netns), numactl,
 #           slurm-wlm and munge (a Slurm on the namespace hosts), libpmix-dev (srun --mpi=pmix)
 #   python: gcurun with its dev and tensorflow extras (pytest, pytest-timeout, ruff, mypy;
-#           tensorflow-cpu, with Keras 3), torch 2.13.0 (CPU), paddlepaddle 3.3.1 (CPU) and
+#           tensorflow-cpu, with Keras 3; tf-keras, Keras 2), torch 2.13.0 (CPU), paddlepaddle 3.3.1 (CPU) and
 #           jax 0.10.2 (their distributed modes under gcurun)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,10 @@ if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     fi
 fi
 python3 -m pip install -q -e '.[dev,tensorflow]'
+# Keras 2 for Horovod's Keras 2 examples (TF_USE_LEGACY_KERAS=1), at TensorFlow's minor;
+# --no-deps, since it requires the full "tensorflow" distribution, whose files are
+# tensorflow-cpu's.
+python3 -m pip install -q --no-deps tf-keras==2.21.0
 # The CPU build of PyTorch for the tests of gcurun.runtime.torch (pinned: an unpinned torch
 # pulls several GB of CUDA packages).
 python3 -m pip install -q torch==2.13.0

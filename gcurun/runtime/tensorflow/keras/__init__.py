@@ -1,15 +1,15 @@
 """Horovod's Keras API on gcurun's runtime: ``import gcurun.runtime.tensorflow.keras as hvd``.
 
-For Keras 3 (``tf.keras`` on TensorFlow 2.16+): DistributedOptimizer (``model.fit``
-trains identically on every rank), the callbacks (``hvd.callbacks.*``), load_model, and
-the collectives on values.
+For the Keras that ``tf.keras`` is: Keras 3 (TensorFlow 2.16+), or Keras 2 (tf-keras, with
+``TF_USE_LEGACY_KERAS=1``): DistributedOptimizer (``model.fit`` trains identically on
+every rank), the callbacks (``hvd.callbacks.*``), load_model, and the collectives on
+values.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import keras as _keras
 import tensorflow as tf
 
 from gcurun.runtime import (
@@ -45,6 +45,7 @@ from gcurun.runtime.tensorflow.basics import (
 from gcurun.runtime.tensorflow.compression import Compression
 from gcurun.runtime.tensorflow.functions import allgather_object, broadcast_object
 from gcurun.runtime.tensorflow.keras import callbacks, elastic
+from gcurun.runtime.tensorflow.keras._which import keras as _keras
 from gcurun.runtime.tensorflow.keras.optimizer import (
     DistributedOptimizer,
     keras_optimizer_class,

@@ -9,11 +9,11 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import keras
 import numpy as np
 
 import gcurun.runtime as runtime
 from gcurun.runtime.tensorflow.functions import broadcast_variables
+from gcurun.runtime.tensorflow.keras._which import Callback, ModelCheckpoint
 from gcurun.runtime.tensorflow.process_sets import global_process_set
 
 log = logging.getLogger("gcurun.runtime.tensorflow.keras")
@@ -35,7 +35,16 @@ def optimizer_variables(optimizer: Any) -> list[Any]:
     return list(found() if callable(found) else found)
 
 
-class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+def unbuilt(optimizer: Any) -> bool:
+    """Whether ``optimizer`` can and must be built before its variables are broadcast:
+    Keras 3's and Keras 2's optimizers build their slots at ``build``; Keras 2's legacy
+    ones (no ``build``) make them, as zeros on every rank, at their first step."""
+    if hasattr(optimizer, "built"):
+        return not optimizer.built
+    return hasattr(optimizer, "build") and not getattr(optimizer, "_built", False)
+
+
+class BroadcastGlobalVariablesCallback(Callback):
     """Gives every rank ``root_rank``'s model and optimizer variables when training
     begins, so that the first step starts from the same weights and optimizer state (a
     model restored on the root alone spreads so). An optimizer not built yet is built
@@ -58,7 +67,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs: Any = None) -> None:
         no_jit(self.model)
         optimizer = self.model.optimizer
-        if optimizer is not None and not optimizer.built and self.model.trainable_variables:
+        if optimizer is not None and unbuilt(optimizer) and self.model.trainable_variables:
             optimizer.build(self.model.trainable_variables)
         variables = self._variables()
         counts = runtime.allgather_object(len(variables), name="gcurun.broadcast_callback")
@@ -72,7 +81,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             self.broadcast_done = True
 
 
-class MetricAverageCallback(keras.callbacks.Callback):
+class MetricAverageCallback(Callback):
     """Averages the epoch's metrics (``logs``) over the ranks at the end of each epoch,
     so that later callbacks (checkpoints, learning-rate plateaus) and rank 0's report
     see the values of the whole job. Put it before those callbacks."""
@@ -97,7 +106,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
             logs[name] = float(value[0])
 
 
-class LearningRateScheduleCallback(keras.callbacks.Callback):
+class LearningRateScheduleCallback(Callback):
     """Sets the learning rate to ``initial_lr * multiplier(epoch)`` from ``start_epoch``
     until ``end_epoch``: at each epoch's first batch (``staircase``), else at every batch
     with a fractional epoch. ``multiplier`` is a number or a function of the epoch.
@@ -195,7 +204,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
                      float(np.asarray(self._learning_rate())))
 
 
-class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+class BestModelCheckpoint(ModelCheckpoint):
     """ModelCheckpoint that keeps only the best model, written by rank 0 alone."""
 
     def __init__(self, filepath: str, monitor: str = "val_loss", verbose: int = 0,

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import keras
-
 from gcurun.runtime.tensorflow.elastic import (
     HostsUpdatedInterrupt,
     HostUpdateResult,
@@ -30,6 +28,7 @@ from gcurun.runtime.tensorflow.elastic import (
     recoverable_error,
     run,
 )
+from gcurun.runtime.tensorflow.keras._which import Callback
 
 
 class KerasState(TensorFlowKerasState):
@@ -39,7 +38,7 @@ class KerasState(TensorFlowKerasState):
         super().__init__(model, optimizer=optimizer, **kwargs)
 
 
-class CommitStateCallback(keras.callbacks.Callback):
+class CommitStateCallback(Callback):
     """Commits ``state`` every ``batches_per_commit`` batches (a commit also checks for
     added or removed hosts: every rank must pass the same batches)."""
 
@@ -59,7 +58,7 @@ class CommitStateCallback(keras.callbacks.Callback):
             self.batches_remaining = self.batches_per_commit
 
 
-class UpdateBatchStateCallback(keras.callbacks.Callback):
+class UpdateBatchStateCallback(Callback):
     """Keeps ``state.batch`` at the number of batches done in the current epoch (0 when
     an epoch ends). Keras 3 cannot shorten an epoch once ``fit`` runs, so after a reset
     the interrupted epoch runs all its steps again from the restored weights (Horovod's
@@ -76,7 +75,7 @@ class UpdateBatchStateCallback(keras.callbacks.Callback):
         self.state.batch = 0
 
 
-class UpdateEpochStateCallback(keras.callbacks.Callback):
+class UpdateEpochStateCallback(Callback):
     """Keeps ``state.epoch`` at the next epoch to run when one ends."""
 
     def __init__(self, state: Any):

@@ -1,4 +1,5 @@
-"""DistributedOptimizer for Keras 3 optimizers (``tf.keras`` on TensorFlow 2.16+).
+"""DistributedOptimizer for Keras optimizers: Keras 3's (``tf.keras`` on TensorFlow 2.16+)
+and Keras 2's (tf-keras, ``tf.keras`` with ``TF_USE_LEGACY_KERAS=1``).
 
 Keras 3 removed the hooks Horovod's wrapper used (``get_gradients``,
 ``_aggregate_gradients``); every path that updates weights (``model.fit``,
@@ -11,16 +12,21 @@ the wrapped class applies them (clipping and weight decay come after, as in one 
 step; the reduction runs only on those steps, on the accumulated average (summed back
 when ``average_aggregated_gradients`` is False, as in Horovod). It hooks
 ``_clip_gradients``, the one call Keras makes with the final gradients of an update step.
+
+Keras 2's optimizers (both ``tf_keras.optimizers.Optimizer`` and the ``legacy`` ones) take
+every update, ``model.fit``'s and ``minimize``'s too, through ``apply_gradients(pairs)``,
+which the wrapper overrides the same way; ``compile(experimental_run_tf_function=False)``,
+which Horovod's Keras 2 examples pass, changes nothing then. Keras 2's optimizers have no
+gradient accumulation of their own, so ``backward_passes_per_step`` stays 1 with them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import keras
-
 from gcurun.runtime.tensorflow.compression import Compression, Compressor
 from gcurun.runtime.tensorflow.gradients import Reduction, reduce_gradients, split_groups
+from gcurun.runtime.tensorflow.keras._which import LEGACY, keras
 from gcurun.runtime.tensorflow.mpi_ops import Adasum, Average
 from gcurun.runtime.tensorflow.process_sets import global_process_set, set_size
 from gcurun.runtime.tensorflow.util import var_key
@@ -28,8 +34,8 @@ from gcurun.runtime.tensorflow.util import var_key
 _classes: dict[type, type] = {}
 
 
-class _DistributedOptimizer:
-    """The methods DistributedOptimizer puts before the wrapped optimizer's class."""
+class _Reducing:
+    """What DistributedOptimizer adds to either Keras's optimizers: the reduction."""
 
     _reduction: Reduction
     _passes: int
@@ -54,18 +60,6 @@ class _DistributedOptimizer:
         ``scale_local_gradients``): for model-parallel parts."""
         self._local_keys = self._local_keys | {var_key(var)}
 
-    def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
-        if self._passes == 1:
-            variables = list(trainable_variables) if trainable_variables is not None \
-                else list(self._trainable_variables)       # type: ignore[attr-defined]
-            grads = self._reduce(list(grads), variables)
-        return super().apply(grads, trainable_variables)  # type: ignore[misc]
-
-    def _clip_gradients(self, grads: Any) -> Any:
-        if self._passes > 1:
-            grads = self._reduce(list(grads), None)
-        return super()._clip_gradients(grads)  # type: ignore[misc]
-
     def _reduce(self, grads: list[Any], variables: list[Any] | None) -> list[Any]:
         keys = [var_key(v) for v in variables] if variables is not None else []
         local = {i for i, k in enumerate(keys) if k in self._local_keys}
@@ -88,13 +82,40 @@ class _DistributedOptimizer:
         return results
 
 
+class _DistributedOptimizer(_Reducing):
+    """The methods DistributedOptimizer puts before a Keras 3 optimizer's class."""
+
+    def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
+        if self._passes == 1:
+            variables = list(trainable_variables) if trainable_variables is not None \
+                else list(self._trainable_variables)       # type: ignore[attr-defined]
+            grads = self._reduce(list(grads), variables)
+        return super().apply(grads, trainable_variables)  # type: ignore[misc]
+
+    def _clip_gradients(self, grads: Any) -> Any:
+        if self._passes > 1:
+            grads = self._reduce(list(grads), None)
+        return super()._clip_gradients(grads)  # type: ignore[misc]
+
+
+class _DistributedOptimizer2(_Reducing):
+    """The method DistributedOptimizer puts before a Keras 2 optimizer's class."""
+
+    def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+        pairs = list(grads_and_vars)
+        variables = [v for _, v in pairs]
+        grads = self._reduce([g for g, _ in pairs], variables)
+        return super().apply_gradients(  # type: ignore[misc]
+            list(zip(grads, variables, strict=True)), *args, **kwargs)
+
+
 def distributed_class(cls: type) -> Any:
     """The class of wrapped ``cls`` optimizers (one per class, so that ``isinstance``
     and saving see the wrapped class's name and module)."""
     found = _classes.get(cls)
     if found is None:
-        found = _classes[cls] = type(cls.__name__, (_DistributedOptimizer, cls),
-                                     {"__module__": cls.__module__})
+        ours = _DistributedOptimizer2 if LEGACY else _DistributedOptimizer
+        found = _classes[cls] = type(cls.__name__, (ours, cls), {"__module__": cls.__module__})
     return found
 
 
@@ -114,17 +135,23 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
     ``sparse_as_dense`` reduces IndexedSlices densely; ``groups`` (a count, or lists of
     variables) splits a step's reduction into several ops.
     """
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise ValueError(f"DistributedOptimizer: {optimizer!r} is not a Keras optimizer "
-                         "(keras.optimizers.Optimizer); a tf.compat.v1.train.Optimizer "
-                         "goes to gcurun.runtime.tensorflow.DistributedOptimizer")
+    if not isinstance(optimizer, keras_optimizer_class()):
+        raise ValueError(f"DistributedOptimizer: {optimizer!r} is not an optimizer of the "
+                         f"Keras that tf.keras is ({keras.__name__}.optimizers.Optimizer); a "
+                         "tf.compat.v1.train.Optimizer goes to "
+                         "gcurun.runtime.tensorflow.DistributedOptimizer")
     if op == Adasum:
         raise NotImplementedError("op=Adasum is not supported with Keras; use op=Average "
                                   "or op=Sum")
     if backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step={backward_passes_per_step}: must be 1 "
                          "or more")
-    if isinstance(optimizer, _DistributedOptimizer):
+    if LEGACY and backward_passes_per_step > 1:
+        raise ValueError(f"backward_passes_per_step={backward_passes_per_step} with a Keras 2 "
+                         "(tf-keras) optimizer: gcurun accumulates gradients through Keras 3's "
+                         "gradient_accumulation_steps only; use Keras 3 (unset "
+                         "TF_USE_LEGACY_KERAS) or backward_passes_per_step=1")
+    if isinstance(optimizer, _Reducing):
         raise ValueError(f"{optimizer!r} is wrapped already; wrap the original "
                          "optimizer once")
     how = Reduction(compression, sparse_as_dense, op, gradient_predivide_factor,
@@ -149,7 +176,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
     wrapped = distributed_class(type(optimizer)).from_config(config)
     wrapped._distribute(how, backward_passes_per_step, average_aggregated_gradients, groups,
                         num_groups, scale_local_gradients)
-    if optimizer.built:
+    if not LEGACY and optimizer.built:
         _copy_state(optimizer, wrapped)
     return wrapped
 
@@ -167,5 +194,8 @@ def _copy_state(source: Any, target: Any) -> None:
             var.assign(found.pop(0))
 
 
-def keras_optimizer_class() -> type:
-    return keras.optimizers.Optimizer
+def keras_optimizer_class() -> tuple[Any, ...]:
+    """The optimizer classes of the Keras that tf.keras is (Keras 2 has two)."""
+    if LEGACY:
+        return keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer
+    return (keras.optimizers.Optimizer,)
