@@ -18,8 +18,9 @@ for _name in [name for name in os.environ if name.startswith("SLURM_")]:
 
 
 # Markers of long runs that only run when the -m expression names them (pytest -m stress,
-# -m chaos); the default run has a short version of each.
-OPT_IN_MARKERS = ("stress", "chaos")
+# -m chaos, -m long); the default run has a short version of each (for "long": the same
+# case on the other backend, or at a smaller size).
+OPT_IN_MARKERS = ("stress", "chaos", "long")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -31,7 +31,8 @@ JOBS = [
     pytest.param("mpi", 1, {}, id="mpi-1", marks=[pytest.mark.mpi, needs_mpi]),
     pytest.param("mpi", 2, CHUNKED, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
     pytest.param("mpi", 3, {}, id="mpi-3", marks=[pytest.mark.mpi, needs_mpi]),
-    pytest.param("mpi", 4, CHUNKED, id="mpi-4", marks=[pytest.mark.mpi, needs_mpi]),
+    pytest.param("mpi", 4, CHUNKED, id="mpi-4",
+                 marks=[pytest.mark.mpi, needs_mpi, pytest.mark.long]),  # tcp-4 by default
 ]
 
 

@@ -26,7 +26,7 @@ SMALL = ("--model", "MobileNetV3Small", "--batch-size", "2", "--num-batches-per-
          "--num-iters", "2", "--no-cuda")
 BACKENDS = [pytest.param((), id="tcp"),
             pytest.param(("--mpi",), id="mpi", marks=[
-                pytest.mark.mpi,
+                pytest.mark.mpi, pytest.mark.long,
                 pytest.mark.skipif(MPIRUN is None, reason="mpirun is not on PATH")])]
 
 

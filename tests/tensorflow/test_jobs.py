@@ -23,6 +23,10 @@ ONE_AND_TWO = [
     pytest.param("mpi", 2, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
 ]
 TWO = ONE_AND_TWO[1:]
+# Training on mpi is the same rank code as on tcp; the default run keeps tcp (and mpi for
+# the collectives), -m long runs both.
+TWO_MPI_LONG = [TWO[0], pytest.param("mpi", 2, id="mpi-2",
+                                     marks=[pytest.mark.mpi, needs_mpi, pytest.mark.long])]
 
 
 def _all_ok(job, size: int) -> None:
@@ -37,13 +41,13 @@ def test_every_collective_eagerly_in_functions_and_in_sessions(backend: str,
     _all_ok(run_job(backend, size, str(RANKS / "collectives.py"), timeout=300), size)
 
 
-@pytest.mark.parametrize(("backend", "size"), TWO)
+@pytest.mark.parametrize(("backend", "size"), TWO_MPI_LONG)
 def test_tape_and_tf1_training_match_one_rank_on_the_full_batch(backend: str,
                                                                 size: int) -> None:
     _all_ok(run_job(backend, size, str(RANKS / "training.py"), timeout=300), size)
 
 
-@pytest.mark.parametrize(("backend", "size"), TWO)
+@pytest.mark.parametrize(("backend", "size"), TWO_MPI_LONG)
 def test_keras_fit_matches_one_rank_on_the_full_batch(backend: str, size: int,
                                                       tmp_path: Path) -> None:
     _all_ok(run_job(backend, size, str(RANKS / "keras_fit.py"), str(tmp_path),
