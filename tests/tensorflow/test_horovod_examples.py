@@ -37,6 +37,9 @@ def run_example(name: str, flags: tuple[str, ...], *args: str):
                       str(EXAMPLES / name), *SMALL, *args, env=env, timeout=280)
 
 
+# The custom loop's unedited run is left to -m long: Horovod's TF2 loop runs by default in
+# tests/tensorflow/test_horovod_scripts.py, the Keras example below.
+@pytest.mark.long
 @pytest.mark.parametrize("flags", BACKENDS)
 def test_horovods_tf2_custom_loop_benchmark_runs_unedited(flags: tuple[str, ...]) -> None:
     done = run_example("tensorflow2_synthetic_benchmark.py", flags,

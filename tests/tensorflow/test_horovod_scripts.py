@@ -22,9 +22,10 @@ BACKENDS = [pytest.param((), id="tcp"),
             pytest.param(("--mpi",), id="mpi", marks=[
                 pytest.mark.mpi,
                 pytest.mark.skipif(MPIRUN is None, reason="mpirun is not on PATH")])]
-# The loop's mpi run is left to -m long: the Keras recipe below runs on mpi by default.
-LOOP_BACKENDS = [BACKENDS[0], pytest.param(*BACKENDS[1].values, id="mpi",
-                                           marks=[*BACKENDS[1].marks, pytest.mark.long])]
+# The mpi runs are left to -m long: the TensorFlow binding on mpi is checked by default in
+# tests/tensorflow/test_jobs.py.
+BACKENDS[1] = pytest.param(*BACKENDS[1].values, id="mpi",
+                           marks=[*BACKENDS[1].marks, pytest.mark.long])
 
 
 def run_script(flags: tuple[str, ...], script: str, *args: str) -> str:
@@ -34,7 +35,7 @@ def run_script(flags: tuple[str, ...], script: str, *args: str) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("flags", LOOP_BACKENDS)
+@pytest.mark.parametrize("flags", BACKENDS)
 def test_horovods_tf2_loop_gives_every_rank_rank_0s_weights(flags: tuple[str, ...]) -> None:
     lines = run_script(flags, "horovod_tf2_loop.py").splitlines()
     for rank in range(2):

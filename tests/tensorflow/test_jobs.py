@@ -18,7 +18,7 @@ needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="mpirun is not on PATH")
 RANKS = Path(__file__).resolve().parent / "ranks"
 
 ONE_AND_TWO = [
-    pytest.param("local", 1, id="1-rank"),
+    pytest.param("local", 1, id="1-rank", marks=pytest.mark.long),  # tcp-2 by default
     pytest.param("tcp", 2, id="tcp-2"),
     pytest.param("mpi", 2, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
 ]
@@ -56,7 +56,7 @@ def test_keras_fit_matches_one_rank_on_the_full_batch(backend: str, size: int,
 
 @pytest.mark.parametrize(("backend", "size"), [
     pytest.param("tcp", 3, id="tcp-3"),
-    pytest.param("mpi", 3, id="mpi-3", marks=[pytest.mark.mpi, needs_mpi]),
+    pytest.param("mpi", 3, id="mpi-3", marks=[pytest.mark.mpi, needs_mpi, pytest.mark.long]),
 ])
 def test_collectives_on_process_sets(backend: str, size: int) -> None:
     _all_ok(run_job(backend, size, str(RANKS / "process_sets.py"), timeout=300), size)

@@ -21,7 +21,7 @@ SMALL = ("--model", "tiny", "--batch-size", "2", "--num-warmup-batches", "1",
          "--num-batches-per-iter", "1", "--num-iters", "2", "--no-cuda")
 BACKENDS = [pytest.param((), id="tcp"),
             pytest.param(("--mpi",), id="mpi", marks=[
-                pytest.mark.mpi,
+                pytest.mark.mpi, pytest.mark.long,  # the torch binding on mpi: test_jobs.py
                 pytest.mark.skipif(MPIRUN is None, reason="mpirun is not on PATH")])]
 
 

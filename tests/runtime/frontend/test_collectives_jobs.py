@@ -15,7 +15,8 @@ OBJECT_JOBS = [
     pytest.param("tcp", 3, "numpy", id="tcp-3-numpy"),
     pytest.param("mpi", 2, "numpy", id="mpi-2-numpy", marks=[pytest.mark.mpi, needs_mpi]),
     pytest.param("tcp", 2, "torch", id="tcp-2-torch"),
-    pytest.param("tcp", 2, "tensorflow", id="tcp-2-tensorflow"),
+    pytest.param("tcp", 2, "tensorflow", id="tcp-2-tensorflow",
+                 marks=pytest.mark.long),  # the torch binding's by default
 ]
 
 
