@@ -412,19 +412,22 @@ def _merge_forward_env(layers: tuple[_Layer, ...], chosen: dict[str, Any],
     chosen["forward_env"] = tuple(names)
 
 
-def _check_elastic(chosen: Mapping[str, Any], sources: dict[str, str]) -> None:
-    """Refuse elastic options (from any layer) for a job that is not elastic: Horovod's
-    rule, a job is elastic when a minimum of ranks or a discovery script is given. A
-    static job's sources leave out the ``elastic.*`` keys, all defaults."""
+def _check_elastic(chosen: dict[str, Any], sources: dict[str, str]) -> None:
+    """Refuse elastic options given on the command line for a job that is not elastic
+    (Horovod's rule: a job is elastic when a minimum of ranks or a discovery script is
+    given). A profile's or the environment's elastic settings serve elastic jobs only, as
+    the ``mpi`` section serves mpirun jobs: a static job (min = max) leaves them unused,
+    and its sources leave out the ``elastic.*`` keys."""
     if chosen.get("elastic.min_np") is not None or chosen.get("elastic.host_discovery_script"):
         return
     for key in KEYS:
         if key.section != "elastic":
             continue
         source = sources.pop(key.path)
-        if source != "default" and chosen.get(key.path) is not None:
-            raise UsageError(f"{setting_name(key.path, source)} applies to elastic jobs; "
-                             "add --min-np or --host-discovery-script")
+        if source == "cli" and chosen.get(key.path) is not None:
+            raise UsageError(f"{key.option} applies to elastic jobs; add --min-np or "
+                             "--host-discovery-script")
+        chosen.pop(key.path, None)
 
 
 def _build(chosen: Mapping[str, Any], sources: Mapping[str, str]) -> Settings:

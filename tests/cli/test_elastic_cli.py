@@ -123,13 +123,14 @@ def test_a_bad_elastic_section_is_bad_input(capsys, tmp_path, text, message):
     assert err == "gcurun: error: " + message.format(p=profile) + "\n"
 
 
-def test_an_elastic_setting_of_a_static_job_is_refused_where_it_was_given(capsys, tmp_path):
+def test_a_profiles_elastic_section_is_unused_by_a_static_job(capsys, tmp_path):
+    """As the mpi section is unused by a local job: one profile serves both kinds."""
     profile = tmp_path / "p.yaml"
-    profile.write_text("np: 2\nelastic:\n  reset_limit: 3\n")
-    code, _, err = gcurun(capsys, "--profile", str(profile), "--dry-run", "true")
-    assert code == 2
-    assert err == (f"gcurun: error: {profile}:3: elastic.reset_limit applies to elastic "
-                   "jobs; add --min-np or --host-discovery-script\n")
+    profile.write_text("np: 2\nelastic:\n  reset_limit: 3\n  timeout: 60\n")
+    code, out, err = gcurun(capsys, "--profile", str(profile), "--dry-run", "true")
+    assert code == 0, err
+    assert out.startswith("launcher local, 2 ranks on 1 host(s)")
+    assert "elastic." not in out
 
 
 def test_an_elastic_option_alone_on_the_command_line_is_refused(capsys):
