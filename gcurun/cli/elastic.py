@@ -1,41 +1,32 @@
-"""``gcurun --min-np N [--host-discovery-script PATH] ...``: an elastic job."""
+"""``gcurun --min-np N [--host-discovery-script PATH] ...``: an elastic job.
+
+Its options are settings like any other (``Settings.elastic``: command line, profile
+``elastic:`` section, ``GCURUN_ELASTIC_*``, defaults); the job is elastic when
+``elastic.min_np`` or ``elastic.host_discovery_script`` is set."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from gcurun.cli.console import job_logs, use_color
 from gcurun.config.api import Settings
 from gcurun.errors import UsageError
 
-ELASTIC_ONLY = (("max_np", "--max-np"), ("slots", "--slots"),
-                ("reset_limit", "--reset-limit"), ("elastic_timeout", "--elastic-timeout"),
-                ("blacklist_cooldown_range", "--blacklist-cooldown-range"))
-
-
-def is_elastic(params: Mapping[str, Any]) -> bool:
-    """Elastic mode is a discovery script or ``--min-np`` (Horovod's rule); the other
-    elastic options alone are refused."""
-    elastic = params.get("min_np") is not None or bool(params.get("host_discovery_script"))
-    if not elastic:
-        for name, flag in ELASTIC_ONLY:
-            if params.get(name) is not None:
-                raise UsageError(f"{flag} applies to elastic jobs; add --min-np or "
-                                 "--host-discovery-script")
-    return elastic
+if TYPE_CHECKING:
+    from gcurun.launch.elastic.config import ElasticConfig
+    from gcurun.launch.elastic.runner import Discover
 
 
 def launch_elastic(command: Sequence[str], settings: Settings, params: Mapping[str, Any],
                    environ: Mapping[str, str], *, stdout: TextIO, stderr: TextIO) -> int:
-    from gcurun.cli.job import job_logs, use_color
-    from gcurun.launch.elastic.config import make_config
-    from gcurun.launch.elastic.discovery import DiscoveryError, check_fixed_hosts
+    """Print the first generation's plan (``--dry-run``) or run the elastic job."""
+    from gcurun.launch.elastic.config import elastic_config
     from gcurun.launch.elastic.runner import (
         ElasticRunner,
+        elastic_discovery,
         event_log_path,
-        fixed_discovery,
-        script_discovery,
     )
     from gcurun.launch.supervision.output import OutputSink
 
@@ -48,35 +39,11 @@ def launch_elastic(command: Sequence[str], settings: Settings, params: Mapping[s
     if environ.get("GCURUN_BACKEND", "tcp") != "tcp":
         raise UsageError(f"GCURUN_BACKEND={environ['GCURUN_BACKEND']}: elastic jobs use the "
                          "tcp backend; unset GCURUN_BACKEND")
-    cooldown = params.get("blacklist_cooldown_range")
-    config = make_config(np=settings.np, min_np=params.get("min_np"),
-                         max_np=params.get("max_np"), slots=params.get("slots"),
-                         elastic_timeout=params.get("elastic_timeout"),
-                         reset_limit=params.get("reset_limit"),
-                         cooldown=tuple(cooldown) if cooldown else None)
-    liveness = settings.liveness_timeout
-    script = params.get("host_discovery_script")
-    if script:
-        if settings.hosts is not None:
-            raise UsageError("--host-discovery-script finds the hosts; drop -H/--hostfile "
-                             "(or drop the script and give --min-np with -H)")
-        discover = script_discovery(script, config.default_slots)
-    else:
-        if settings.hosts is None:
-            raise UsageError("--min-np needs hosts: give -H/--hostfile (at least 2 hosts) or "
-                             "--host-discovery-script")
-        check_fixed_hosts(settings.hosts, params.get("hosts") or settings.hostfile or "")
-        discover = fixed_discovery(settings.hosts)
+    config = elastic_config(settings)
+    discover = elastic_discovery(settings, config)
     if params.get("dry_run"):
-        try:
-            found = discover()
-        except DiscoveryError as exc:
-            raise UsageError(str(exc)) from None
-        stdout.write("elastic job: " + ", ".join(f"{h.display}:{h.slots}" for h in found)
-                     + f"\n  min_np={config.min_np} max_np={config.max_np} "
-                     f"start_np={config.first_np} elastic_timeout={config.elastic_timeout:g} "
-                     f"reset_limit={config.reset_limit} cooldown={config.cooldown} "
-                     f"liveness_timeout={liveness:g}\n")
+        print_first_plan(command, settings, config, discover,
+                         as_json=bool(params.get("as_json")), out=stdout)
         return 0
     if settings.output_dir is not None:
         settings = dataclasses.replace(settings, output_dir=job_logs(settings.output_dir,
@@ -85,7 +52,38 @@ def launch_elastic(command: Sequence[str], settings: Settings, params: Mapping[s
                                                       environ),
                       show_ranks=settings.show_ranks, output_dir=settings.output_dir)
     runner = ElasticRunner(command, settings, config, discover, sink, stderr=stderr,
-                           liveness=liveness,
+                           liveness=settings.liveness_timeout,
                            event_log=event_log_path(settings))
     runner.run()
     return 0
+
+
+def print_first_plan(command: Sequence[str], settings: Settings, config: ElasticConfig,
+                     discover: Discover, *, as_json: bool, out: TextIO) -> None:
+    """The hosts discovery gives now and the rank plan of the first generation on them,
+    as a static job's plan is shown, with the elastic settings and their sources."""
+    from gcurun.cli.render import print_plan, write_plan_json
+    from gcurun.launch.elastic.discovery import DiscoveryError
+    from gcurun.launch.elastic.plan import first_plan
+
+    try:
+        found = discover()
+    except DiscoveryError as exc:
+        raise UsageError(str(exc)) from None
+    plan = first_plan(command, settings, config, found, liveness=settings.liveness_timeout)
+    hosts = [f"{h.display}:{h.slots}" for h in found]
+    facts = {"hosts": hosts, "min_np": config.min_np,
+             "max_np": config.max_np, "start_np": config.first_np,
+             "elastic_timeout": config.elastic_timeout, "reset_limit": config.reset_limit,
+             "cooldown": list(config.cooldown) if config.cooldown else None,
+             "liveness_timeout": settings.liveness_timeout}
+    if as_json:
+        write_plan_json(plan, out, {"elastic": facts})
+        return
+    waits = (f"; it starts once {config.first_np} slots are there"
+             if plan.size < config.first_np else "")
+    out.write("elastic job: " + ", ".join(hosts) + "\n"
+              f"first generation: {plan.size} ranks (min_np {config.min_np}, max_np "
+              f"{config.max_np if config.max_np is not None else 'unbounded'}, start_np "
+              f"{config.first_np}){waits}\n")
+    print_plan(plan, settings, as_json=False, out=out)

@@ -9,6 +9,8 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gcurun.cli.console import job_logs, use_color
+from gcurun.cli.elastic import launch_elastic
 from gcurun.config.api import Settings
 from gcurun.errors import JobInterrupted, UsageError
 from gcurun.launch.api import STOP_SIGNALS, LaunchPlan
@@ -55,9 +57,7 @@ def _launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str,
     settings = load_settings(cli, params.get("profile"), environ)
     dry_run = bool(params.get("dry_run"))
     check_flags(params, settings)
-    from gcurun.cli.elastic import is_elastic, launch_elastic
-
-    if is_elastic(params):
+    if settings.elastic.enabled:
         return launch_elastic(command, settings, params, environ, stdout=stdout,
                               stderr=stderr)
     with ssh_reports(stderr):
@@ -99,17 +99,6 @@ def _launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str,
     return 0
 
 
-def job_logs(output_dir: str | None, stderr: TextIO) -> str | None:
-    """This job's own log directory under ``--output-dir`` (said on ``stderr``), or None."""
-    if output_dir is None:
-        return None
-    from gcurun.launch.supervision.output import job_log_directory
-
-    directory = job_log_directory(output_dir)
-    stderr.write(f"gcurun: logs of this job go to {directory}\n")
-    return directory
-
-
 def check_flags(params: Mapping[str, Any], settings: Settings) -> None:
     """Refuse flags that go only with --dry-run, and a preflight of an mpirun launch."""
     for flag, name in (("as_json", "--json"), ("preflight", "--preflight")):
@@ -147,12 +136,3 @@ def srun_preview(job: PreparedJob) -> tuple[str, ...]:
     from gcurun.launch.slurm.rank_group import srun_command
 
     return srun_command(job, secrets={}, step_name="gcurun-XXXXXXXXXXXX").argv
-
-
-def use_color(mode: str, stream: TextIO, environ: Mapping[str, str]) -> bool:
-    if mode != "auto":
-        return mode == "always"
-    try:
-        return stream.isatty() and "NO_COLOR" not in environ
-    except (AttributeError, ValueError):
-        return False

@@ -41,6 +41,10 @@ SETTING_KEYS = {
     "stall_check_warning_seconds": "runtime.stall_check_warning_seconds",
     "stall_check_shutdown_seconds": "runtime.stall_check_shutdown_seconds",
     "hierarchical_allreduce": "runtime.hierarchical_allreduce",
+    "min_np": "elastic.min_np", "max_np": "elastic.max_np",
+    "host_discovery_script": "elastic.host_discovery_script", "slots": "elastic.slots",
+    "reset_limit": "elastic.reset_limit", "elastic_timeout": "elastic.timeout",
+    "blacklist_cooldown_range": "elastic.blacklist_cooldown_range",
 }
 
 

@@ -2,7 +2,7 @@
 
 Precedence is CLI > profile > GCURUN_* environment > defaults, decided in one function
 (:func:`gcurun.config.resolve.resolve_settings`). ``Settings.sources`` records, for each
-dotted key (``np``, ``ssh.port``, ``runtime.cycle_time_ms`` ...), where its value came from:
+dotted key (``np``, ``ssh.port``, ``elastic.min_np`` ...), where its value came from:
 ``cli``, ``profile:<file>:<line>``, ``env:<VAR>`` or ``default``.
 """
 
@@ -66,6 +66,25 @@ class RuntimeSettings:
 
 
 @dataclass(frozen=True)
+class ElasticSettings:
+    """Horovod Elastic's options. A job is elastic when ``min_np`` or
+    ``host_discovery_script`` is set; a static job is the case min = max, with none set."""
+
+    min_np: int | None = None                   # the fewest ranks the job may run with
+    max_np: int | None = None                   # the most; None: -np, else unbounded
+    host_discovery_script: str | None = None    # prints 'host:slots' lines; None: the hosts
+    slots: int | None = None                    # slots of a bare line of the script
+    reset_limit: int | None = None              # re-formations allowed; None: any number
+    timeout: float = 600.0                      # seconds to wait for slots and re-joins
+    blacklist_cooldown_range: tuple[int, int] | None = None  # None: blacklisted for good
+
+    @property
+    def enabled(self) -> bool:
+        """Whether these settings make the job elastic (Horovod's rule)."""
+        return self.min_np is not None or bool(self.host_discovery_script)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything one run of gcurun needs besides the command."""
 
@@ -96,4 +115,5 @@ class Settings:
     ssh: SSHSettings = field(default_factory=SSHSettings)
     mpi: MPISettings = field(default_factory=MPISettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    elastic: ElasticSettings = field(default_factory=ElasticSettings)
     sources: Mapping[str, str] = field(default_factory=dict)

@@ -301,6 +301,25 @@ class _Reader:
             self.fail(node, path, f"cannot split '{text}' into arguments ({exc}); balance "
                       "the quotes or write a list")
 
+    def to_pair(self, key: Key, path: str, node: Node) -> tuple[int, int]:
+        """``[MIN, MAX]`` or ``"MIN MAX"``: two integers within the key's limits, MIN first."""
+        if isinstance(node, SequenceNode):
+            items = [(item.value if isinstance(item, ScalarNode) and item.tag == TAG + "int"
+                      else None) for item in node.value]
+        elif isinstance(node, ScalarNode) and node.tag in TEXT_TAGS:
+            items = node.value.replace(",", " ").split()
+        else:
+            self.wrong(key, path, node, "; write [MIN, MAX]")
+        try:
+            low, high = (int(str(item), 0) for item in items)
+        except (TypeError, ValueError):
+            self.wrong(key, path, node, "; write [MIN, MAX]")
+        if not (key.in_range(low) and key.in_range(high)):
+            self.out_of_range(key, path, node)
+        if low > high:
+            self.fail(node, path, f"MIN {low} is above MAX {high}; give MIN first")
+        return low, high
+
     def to_hosts(self, key: Key, path: str, node: Node) -> tuple[HostSpec, ...]:
         if isinstance(node, ScalarNode) and node.tag == TAG + "str":
             items: list[tuple[str, Node]] = [(path, node)]
@@ -380,6 +399,7 @@ _CONVERTERS: dict[str, Callable[[_Reader, Key, str, Node], Any]] = {
     "env": _Reader.to_env,
     "args": _Reader.to_args,
     "hosts": _Reader.to_hosts,
+    "pair": _Reader.to_pair,
 }
 
 

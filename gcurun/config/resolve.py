@@ -24,7 +24,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gcurun.config.api import MPISettings, RuntimeSettings, Settings, SSHSettings
+from gcurun.config.api import (
+    ElasticSettings,
+    MPISettings,
+    RuntimeSettings,
+    Settings,
+    SSHSettings,
+)
 from gcurun.config.schema import KEYS, KEYS_BY_PATH, MAX_FUSION_MB, Key
 from gcurun.errors import HostSpecError, UsageError
 from gcurun.hosts.api import HostSpec
@@ -147,6 +153,7 @@ def resolve_settings(cli: Mapping[str, Any], profile: Profile | None,
                                            read_hostfile)
     _merge_env(layers, chosen, sources)
     _merge_forward_env(layers, chosen, sources)
+    _check_elastic(chosen, sources)
     return _build(chosen, sources)
 
 
@@ -200,10 +207,24 @@ def _explicit(source: str) -> bool:
     return source == "cli" or source.startswith("profile")
 
 
+def setting_name(path: str, source: str) -> str:
+    """How a message names a setting given by ``source``: its option (``--max-np``), its
+    variable (``GCURUN_ELASTIC_MAX_NP``) or its profile key and line
+    (``p.yaml:3: elastic.max_np``)."""
+    if source.startswith("env:"):
+        return source[4:]
+    if source.startswith("profile:"):
+        return f"{source[8:]}: {path}"
+    return KEYS_BY_PATH[path].option
+
+
 def explain_settings(settings: Settings) -> tuple[tuple[str, Any, str], ...]:
-    """(dotted key, value, source) for every setting, in a stable order, for --dry-run."""
+    """(dotted key, value, source) for every setting, in a stable order, for --dry-run;
+    the ``elastic.*`` settings only for an elastic job."""
     rows: list[tuple[str, Any, str]] = []
     for key in KEYS:
+        if key.section == "elastic" and not settings.elastic.enabled:
+            continue
         section, _, name = key.path.rpartition(".")
         value = getattr(getattr(settings, section) if section else settings, name)
         rows.append((key.path, value, settings.sources.get(key.path, "default")))
@@ -251,6 +272,13 @@ def _env_choice(text: str, key: Key) -> str:
     return text.lower()
 
 
+def _env_pair(text: str, key: Key) -> tuple[int, int]:
+    low, high = (int(part) for part in text.replace(",", " ").split())
+    if not (key.in_range(low) and key.in_range(high)) or low > high:
+        raise ValueError(text)
+    return low, high
+
+
 def _env_words(text: str, key: Key) -> tuple[str, ...]:
     words = tuple(word.strip() for word in text.split(","))
     if not all(words):
@@ -269,6 +297,7 @@ _ENV_PARSERS: dict[str, Callable[[str, Key], Any]] = {
     "devices": _env_words,
     "args": lambda text, key: tuple(shlex.split(text)),
     "hosts": lambda text, key: parse_host_specs(text),
+    "pair": _env_pair,
 }
 
 
@@ -281,7 +310,8 @@ def _normalise_cli(cli: Mapping[str, Any]) -> dict[str, Any]:
     for path, value in values.items():
         _check_cli_number(KEYS_BY_PATH[path], value)
         _check_cli_user(KEYS_BY_PATH[path], value)
-    for path in ("hosts", "devices", "forward_env", "show_ranks"):
+    for path in ("hosts", "devices", "forward_env", "show_ranks",
+                 "elastic.blacklist_cooldown_range"):
         if values.get(path) is not None:
             values[path] = tuple(values[path])
     if values.get("devices") is not None:
@@ -382,6 +412,24 @@ def _merge_forward_env(layers: tuple[_Layer, ...], chosen: dict[str, Any],
     chosen["forward_env"] = tuple(names)
 
 
+def _check_elastic(chosen: dict[str, Any], sources: dict[str, str]) -> None:
+    """Refuse elastic options given on the command line for a job that is not elastic
+    (Horovod's rule: a job is elastic when a minimum of ranks or a discovery script is
+    given). A profile's or the environment's elastic settings serve elastic jobs only, as
+    the ``mpi`` section serves mpirun jobs: a static job (min = max) leaves them unused,
+    and its sources leave out the ``elastic.*`` keys."""
+    if chosen.get("elastic.min_np") is not None or chosen.get("elastic.host_discovery_script"):
+        return
+    for key in KEYS:
+        if key.section != "elastic":
+            continue
+        source = sources.pop(key.path)
+        if source == "cli" and chosen.get(key.path) is not None:
+            raise UsageError(f"{key.option} applies to elastic jobs; add --min-np or "
+                             "--host-discovery-script")
+        chosen.pop(key.path, None)
+
+
 def _build(chosen: Mapping[str, Any], sources: Mapping[str, str]) -> Settings:
     """Settings from the chosen values; keys not chosen keep the dataclass defaults."""
     def section(name: str) -> dict[str, Any]:
@@ -392,7 +440,8 @@ def _build(chosen: Mapping[str, Any], sources: Mapping[str, str]) -> Settings:
     ordered = dict(sorted(sources.items(), key=lambda item: (
         order[item[0].split(".")[0] if item[0].startswith("env.") else item[0]], item[0])))
     return Settings(**top, ssh=SSHSettings(**section("ssh")), mpi=MPISettings(**section("mpi")),
-                    runtime=RuntimeSettings(**section("runtime")), sources=ordered)
+                    runtime=RuntimeSettings(**section("runtime")),
+                    elastic=ElasticSettings(**section("elastic")), sources=ordered)
 
 
 def _variable_text(value: Any) -> str:

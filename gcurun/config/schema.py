@@ -27,9 +27,10 @@ Kind = Literal[
     "hosts",    # a list of hosts, -H strings or mappings
     "args",     # a list of command-line arguments, or one string split shell-style
     "ranks",    # a list of rank numbers (CLI only)
+    "pair",     # two whole numbers MIN MAX, each within the key's limits, MIN <= MAX
 ]
 
-SECTIONS: tuple[str, ...] = ("ssh", "mpi", "runtime")
+SECTIONS: tuple[str, ...] = ("ssh", "mpi", "runtime", "elastic")
 
 # Ceilings that keep a value inside what the code can act on: waits longer than these
 # overflow the timers they go to, and plans larger than MAX_RANKS cannot be held.
@@ -43,7 +44,7 @@ _OPTIONS = {
     "np": "-np", "runtime.timeline": "--timeline-filename", "ssh.python": "--python",
     "ssh.config_file": "--ssh-config", "ssh.host_key_policy": "--host-key-policy",
     "mpi.mpirun": "--mpirun", "mpi.args": "--mpi-args",
-    "mpi.network_interface": "--network-interface",
+    "mpi.network_interface": "--network-interface", "elastic.timeout": "--elastic-timeout",
 }
 
 
@@ -125,6 +126,7 @@ _NOUNS: dict[str, str] = {
     "hosts": "a list of hosts",
     "args": "a list of arguments or one string",
     "ranks": "a list of rank numbers",
+    "pair": "two integers MIN MAX",
 }
 
 
@@ -180,6 +182,14 @@ KEYS: tuple[Key, ...] = (
     Key("runtime.stall_check_shutdown_seconds", "float", low=0, high=WEEK_SECONDS),
     Key("runtime.timeout_seconds", "float", low=0, high=WEEK_SECONDS, above=True),
     Key("runtime.hierarchical_allreduce", "bool", nullable=True),
+    Key("elastic.min_np", "int", low=1, high=MAX_RANKS, nullable=True),
+    Key("elastic.max_np", "int", low=1, high=MAX_RANKS, nullable=True),
+    Key("elastic.host_discovery_script", "str", nullable=True),
+    Key("elastic.slots", "int", low=1, high=MAX_RANKS, nullable=True),
+    Key("elastic.reset_limit", "int", low=0, high=MAX_RANKS, nullable=True),
+    Key("elastic.timeout", "float", low=0, high=WEEK_SECONDS, above=True),
+    # Horovod's DEFAULT_COOLDOWN_LOWER_LIMIT_SECONDS and DEFAULT_COOLDOWN_UPPER_LIMIT_SECONDS
+    Key("elastic.blacklist_cooldown_range", "pair", low=1, high=3600, nullable=True),
 )
 
 KEYS_BY_PATH: dict[str, Key] = {key.path: key for key in KEYS}

@@ -8,6 +8,7 @@ cloudpickle) reaches each rank from a service of this process
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -26,9 +27,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gcurun.run")
 
-# Horovod's elastic parameters: gcurun runs a fixed set of ranks.
-ELASTIC = ("min_num_proc", "max_num_proc", "slots", "reset_limit", "cooldown_range",
-           "min_np", "max_np")
+# Horovod's elastic parameters (and their old names) -> elastic settings.
+ELASTIC = {"min_num_proc": "elastic.min_np", "max_num_proc": "elastic.max_np",
+           "slots": "elastic.slots", "reset_limit": "elastic.reset_limit",
+           "cooldown_range": "elastic.blacklist_cooldown_range",
+           "host_discovery_script": "elastic.host_discovery_script",
+           "elastic_timeout": "elastic.timeout"}
+OLD_NAMES = {"min_np": "min_num_proc", "max_np": "max_num_proc"}
+# Worker ids of an elastic job grow as workers are replaced; the service takes any of them.
+MAX_WORKERS = 1 << 20
 # A rank's outcome may still be in flight when its exit is seen.
 OUTCOME_WAIT_SECONDS = 10.0
 
@@ -45,6 +52,7 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
         use_mpi: bool | None = None, mpi_args: str | None = None,
         network_interface: str | None = None, executable: str | None = None,
         np: int | None = None, min_np: int | None = None, max_np: int | None = None, *,
+        host_discovery_script: str | None = None, elastic_timeout: float | None = None,
         env: Mapping[str, str] | None = None, profile: str | None = None) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on every rank; the list of its results, in rank order.
 
@@ -60,9 +68,17 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     Settings not given come from the profile, ``GCURUN_*`` variables and defaults, as for
     the ``gcurun`` command. Rank output is printed with ``[rank]`` prefixes.
 
+    An elastic job (Horovod Elastic) when ``min_num_proc`` (``min_np``) or
+    ``host_discovery_script`` is given, as for ``gcurun --min-np``: ``max_num_proc``,
+    ``slots``, ``reset_limit``, ``cooldown_range`` (MIN, MAX) and ``elastic_timeout`` are
+    its other settings; ``fn`` calls ``hvd.init()`` and wraps its training in
+    ``@hvd.elastic.run``. Its result is the list of what each worker that finished
+    returned, in the order the workers started (rank order when the job never re-formed).
+
     Raises RankFunctionError (the rank's exception, rank and traceback) when ``fn`` raised,
-    UsageError for bad arguments (elastic ones included), SSHConnectError when a host
-    fails the preflight, and RanksFailedError or LaunchError when ranks cannot run.
+    UsageError for bad arguments, SSHConnectError when a host fails the preflight,
+    RanksFailedError or LaunchError when ranks cannot run, and ElasticJobFailed when an
+    elastic job ends badly.
     """
     from gcurun.config.resolve import load_settings
     from gcurun.launch.remote.run_function import pack_call
@@ -76,20 +92,15 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
         raise UsageError(f"gcurun.run: the function or its arguments cannot be pickled "
                          f"({type(exc).__name__}: {exc}); pass picklable values") from None
     python = executable or settings.ssh.python or sys.executable
+    if settings.elastic.enabled:
+        return _run_elastic(payload, python, settings, bool(verbose))
     return _run(payload, python, settings, bool(verbose))
 
 
 def settings_from(given: Mapping[str, Any]) -> dict[str, Any]:
     """The settings the caller gave, by dotted key. Raises UsageError for arguments that
     make no sense for gcurun or contradict each other."""
-    for name in ELASTIC:
-        if given.get(name) is not None:
-            raise UsageError(f"gcurun.run: {name}={given[name]!r} configures an elastic job, "
-                             "and gcurun.run runs a fixed set of ranks; start an elastic "
-                             "job with the command, its script wrapping the training in "
-                             "@hvd.elastic.run: gcurun --min-np 2 -H a:2,b:2 python "
-                             "train.py; or leave it out and give "
-                             "num_proc")
+    cli: dict[str, Any] = elastic_settings(given)
     num_proc, np = given.get("num_proc"), given.get("np")
     if np is not None:
         warnings.warn("gcurun.run: np is deprecated, use num_proc", DeprecationWarning,
@@ -105,7 +116,6 @@ def settings_from(given: Mapping[str, Any]) -> dict[str, Any]:
     if given.get("mpi_args") is not None and not given.get("use_mpi"):
         raise UsageError("gcurun.run: mpi_args is for mpirun launches; pass use_mpi=True "
                          "too, or leave it out")
-    cli: dict[str, Any] = {}
     if num_proc is not None:
         cli["np"] = num_proc
     if given.get("hosts") is not None:
@@ -136,6 +146,27 @@ def settings_from(given: Mapping[str, Any]) -> dict[str, Any]:
             cli[key] = given[name]
     if given.get("env"):
         cli["env"] = {str(k): str(v) for k, v in dict(given["env"]).items()}
+    return cli
+
+
+def elastic_settings(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The elastic settings among the caller's arguments, by dotted key. Raises
+    UsageError for an old name that disagrees with the new one and for mpirun."""
+    cli: dict[str, Any] = {}
+    for old, new in OLD_NAMES.items():
+        if given.get(old) is not None:
+            if given.get(new) is not None and given[new] != given[old]:
+                raise UsageError(f"gcurun.run: {new}={given[new]} and {old}={given[old]} "
+                                 f"disagree; give {new} only")
+            cli[ELASTIC[new]] = given[old]
+    for name, key in ELASTIC.items():
+        if given.get(name) is not None:
+            value = given[name]
+            cli[key] = tuple(value) if name == "cooldown_range" else value
+    elastic = "elastic.min_np" in cli or "elastic.host_discovery_script" in cli
+    if elastic and given.get("use_mpi"):
+        raise UsageError("gcurun.run: an elastic job runs on gcurun's own launcher, not "
+                         "mpirun; drop use_mpi or the elastic arguments")
     return cli
 
 
@@ -184,6 +215,44 @@ def _run(payload: bytes, python: str, settings: Settings, verbose: bool) -> list
             return [pickle.loads(service.outcomes[r].data) for r in ranks]
         finally:
             service.close()
+
+
+def _run_elastic(payload: bytes, python: str, settings: Settings,
+                 verbose: bool) -> list[Any]:
+    """Run the function as an elastic job; what each worker that finished returned, by
+    worker id."""
+    import io
+
+    from gcurun.launch.elastic.config import elastic_config
+    from gcurun.launch.elastic.runner import ElasticRunner, elastic_discovery, event_log_path
+    from gcurun.launch.execute import start_on_any_address
+    from gcurun.launch.function_service import FunctionService
+    from gcurun.launch.remote import run_function as rank_side
+    from gcurun.launch.remote.rank_env import ANY_ADDRESS
+    from gcurun.launch.supervision.output import OutputSink, job_log_directory
+    from gcurun.rendezvous.wire import new_secret
+
+    config = elastic_config(settings)
+    discover = elastic_discovery(settings, config)
+    secret = new_secret()
+    service = start_on_any_address(
+        lambda host: FunctionService(payload, MAX_WORKERS, secret, host))
+    try:
+        output_dir = settings.output_dir and job_log_directory(settings.output_dir)
+        settings = dataclasses.replace(settings, output_dir=output_dir or None)
+        sink = OutputSink(sys.stdout, sys.stderr, show_ranks=settings.show_ranks,
+                          output_dir=settings.output_dir)
+        runner = ElasticRunner(
+            [python, "-m", rank_side.__name__], settings, config, discover, sink,
+            stderr=sys.stderr if verbose else io.StringIO(),
+            liveness=settings.liveness_timeout, event_log=event_log_path(settings),
+            extra_secrets={rank_side.ADDRESS_VARIABLE: f"{ANY_ADDRESS}:{service.port}",
+                           rank_side.SECRET_VARIABLE: secret.hex()})
+        runner.run()
+        return [pickle.loads(outcome.data) for _, outcome in sorted(service.outcomes.items())
+                if outcome.ok]
+    finally:
+        service.close()
 
 
 def launcher_addresses(launcher: str, port: int, any_address: str) -> str:

@@ -77,3 +77,14 @@ def test_the_cli_still_wins_over_a_shipped_profile():
     settings = resolve_settings({"bind_to": "core", "np": 4}, profile,
                                 {"GCURUN_BIND_TO": "socket"})
     assert (settings.bind_to, settings.np, settings.map_by) == ("core", 4, "numa")
+
+
+def test_an_elastic_job_from_a_discovery_script():
+    profile, settings = load("elastic-discovery.yaml")
+    assert settings.elastic.enabled
+    assert (settings.elastic.min_np, settings.elastic.max_np, settings.elastic.slots) == \
+        (2, 16, 8)
+    assert settings.elastic.host_discovery_script == "./discover_hosts.sh"
+    assert (settings.elastic.reset_limit, settings.elastic.timeout) == (20, 600.0)
+    assert settings.elastic.blacklist_cooldown_range == (60, 600)
+    assert settings.sources["elastic.min_np"] == profile.origin("elastic.min_np")

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from gcurun.config.api import MPISettings, RuntimeSettings, Settings, SSHSettings
+from gcurun.config.api import (
+    ElasticSettings,
+    MPISettings,
+    RuntimeSettings,
+    Settings,
+    SSHSettings,
+)
 from gcurun.config.profile import Profile, parse_profile, read_profile
 from gcurun.config.resolve import (
     explain_settings,
@@ -89,8 +95,27 @@ CASES = [
     Case("runtime.timeout_seconds", 10.0, "20", 20.0, "GCURUN_TIMEOUT_SECONDS", "30", 30.0),
     Case("runtime.hierarchical_allreduce", True, "false", False,
          "GCURUN_HIERARCHICAL_ALLREDUCE", "1", True),
+    Case("elastic.min_np", 2, "3", 3, "GCURUN_ELASTIC_MIN_NP", "4", 4),
+    Case("elastic.max_np", 5, "6", 6, "GCURUN_ELASTIC_MAX_NP", "7", 7),
+    Case("elastic.host_discovery_script", "c.sh", "p.sh", "p.sh",
+         "GCURUN_ELASTIC_HOST_DISCOVERY_SCRIPT", "e.sh", "e.sh"),
+    Case("elastic.slots", 1, "2", 2, "GCURUN_ELASTIC_SLOTS", "3", 3),
+    Case("elastic.reset_limit", 1, "2", 2, "GCURUN_ELASTIC_RESET_LIMIT", "0", 0),
+    Case("elastic.timeout", 1.0, "2", 2.0, "GCURUN_ELASTIC_TIMEOUT", "3", 3.0),
+    Case("elastic.blacklist_cooldown_range", (1, 2), "[3, 4]", (3, 4),
+         "GCURUN_ELASTIC_BLACKLIST_COOLDOWN_RANGE", "5 6", (5, 6)),
 ]
 IDS = [case.path for case in CASES]
+
+
+def job_of(case: Case) -> dict[str, str]:
+    """An environment that makes the job elastic for an ``elastic.*`` case (the elastic
+    settings of a static job are refused), by the other key that does."""
+    if not case.path.startswith("elastic."):
+        return {}
+    if case.path == "elastic.host_discovery_script":
+        return {"GCURUN_ELASTIC_MIN_NP": "1"}
+    return {"GCURUN_ELASTIC_HOST_DISCOVERY_SCRIPT": "find-hosts"}
 
 
 def profile_of(path: str, yaml_text: str) -> Profile:
@@ -108,8 +133,8 @@ def value_of(settings: Settings, path: str) -> Any:
 
 def default_of(path: str) -> Any:
     section, _, name = path.rpartition(".")
-    record = {"ssh": SSHSettings, "mpi": MPISettings, "runtime": RuntimeSettings}.get(
-        section, Settings)
+    record = {"ssh": SSHSettings, "mpi": MPISettings, "runtime": RuntimeSettings,
+              "elastic": ElasticSettings}.get(section, Settings)
     fields = {field.name: field for field in dataclasses.fields(record)}
     return fields[name].default
 
@@ -121,9 +146,10 @@ def test_cases_cover_every_key_the_environment_can_set():
 
 
 def test_schema_matches_the_settings_dataclasses():
-    paths = {f.name for f in dataclasses.fields(Settings)} - {"ssh", "mpi", "runtime", "sources"}
+    paths = {f.name for f in dataclasses.fields(Settings)} - {"ssh", "mpi", "runtime",
+                                                              "elastic", "sources"}
     for section, record in (("ssh", SSHSettings), ("mpi", MPISettings),
-                            ("runtime", RuntimeSettings)):
+                            ("runtime", RuntimeSettings), ("elastic", ElasticSettings)):
         paths |= {f"{section}.{f.name}" for f in dataclasses.fields(record)}
     assert [key.path for key in KEYS] and {key.path for key in KEYS} == paths
 
@@ -131,7 +157,7 @@ def test_schema_matches_the_settings_dataclasses():
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_cli_beats_profile_and_environment(case):
     settings = resolve_settings({case.path: case.cli}, profile_of(case.path, case.yaml),
-                                {case.variable: case.env_text})
+                                {case.variable: case.env_text, **job_of(case)})
     assert value_of(settings, case.path) == case.cli
     assert settings.sources[case.path] == "cli"
 
@@ -139,7 +165,7 @@ def test_cli_beats_profile_and_environment(case):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_profile_beats_environment(case):
     settings = resolve_settings({}, profile_of(case.path, case.yaml),
-                                {case.variable: case.env_text})
+                                {case.variable: case.env_text, **job_of(case)})
     assert value_of(settings, case.path) == case.profile
     line = 3 if "." in case.path else 2
     assert settings.sources[case.path] == f"profile:p.yaml:{line}"
@@ -147,7 +173,7 @@ def test_profile_beats_environment(case):
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_environment_beats_default(case):
-    settings = resolve_settings({}, None, {case.variable: case.env_text})
+    settings = resolve_settings({}, None, {case.variable: case.env_text, **job_of(case)})
     assert value_of(settings, case.path) == case.env
     assert case.env != default_of(case.path)
     assert settings.sources[case.path] == f"env:{case.variable}"
@@ -155,15 +181,19 @@ def test_environment_beats_default(case):
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_default_when_no_layer_gives_the_key(case):
+    job = {"GCURUN_ELASTIC_HOST_DISCOVERY_SCRIPT": "find-hosts"} \
+        if case.path.startswith("elastic.") and case.path != "elastic.host_discovery_script" \
+        else {"GCURUN_ELASTIC_MIN_NP": "1"} if case.path.startswith("elastic.") else {}
     settings = resolve_settings({}, profile_of("np", "2") if case.path != "np" else None,
-                                {"GCURUN_NP": "3"} if case.path != "np" else {})
+                                {"GCURUN_NP": "3", **job} if case.path != "np" else {})
     assert value_of(settings, case.path) == default_of(case.path)
     assert settings.sources[case.path] == "default"
 
 
 def test_every_key_has_a_source():
+    """But a static job's ``elastic.*`` settings, all defaults."""
     settings = resolve_settings({}, None, {})
-    assert set(settings.sources) == {key.path for key in KEYS}
+    assert set(settings.sources) == {key.path for key in KEYS if key.section != "elastic"}
     assert set(settings.sources.values()) == {"default"}
     assert settings == Settings(sources=settings.sources)
 
@@ -528,4 +558,4 @@ def test_explain_settings_lists_every_key_with_value_and_source():
     assert by_key["env.A"] == ("x", "profile:p.yaml:2")
     assert by_key["ssh.port"] == (2222, "profile:p.yaml:4")
     assert by_key["runtime.cycle_time_ms"] == (1.0, "default")
-    assert len(rows) == len(KEYS) + 1
+    assert len(rows) == len([key for key in KEYS if key.section != "elastic"]) + 1

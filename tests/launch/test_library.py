@@ -105,14 +105,17 @@ def test_an_exception_that_cannot_travel_still_reports_its_text():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"min_num_proc": 2}, "gcurun.run: min_num_proc=2 configures an elastic job, and "
-                          "gcurun.run runs a fixed set of ranks; start an elastic job with "
-                          "the command, its script wrapping the training in "
-                          "@hvd.elastic.run: gcurun --min-np 2 -H a:2,b:2 python train.py; "
-                          "or leave it out and give num_proc"),
-    ({"min_np": 2}, "gcurun.run: min_np=2 configures an elastic job, and gcurun.run runs "
-                    "a fixed set of ranks; start an elastic job with the command"),
-    ({"slots": 4}, "gcurun.run: slots=4 configures an elastic job"),
+    ({"slots": 4}, "--slots applies to elastic jobs; add --min-np or "
+                   "--host-discovery-script"),
+    ({"min_num_proc": 3, "min_np": 2}, "gcurun.run: min_num_proc=3 and min_np=2 disagree; "
+                                       "give min_num_proc only"),
+    ({"min_num_proc": 2, "use_mpi": True}, "gcurun.run: an elastic job runs on gcurun's own "
+                                           "launcher, not mpirun; drop use_mpi or the "
+                                           "elastic arguments"),
+    ({"min_num_proc": 2, "hosts": "localhost:2"}, "--min-np with -H 'localhost:2': elastic "
+                                                  "jobs need at least 2 hosts"),
+    ({"min_num_proc": 2, "max_num_proc": 1, "host_discovery_script": "hosts.sh"},
+     "--max-np 1 is below --min-np 2; give --max-np of at least 2"),
     ({"mpi_args": "--mca x y"}, "gcurun.run: mpi_args is for mpirun launches; pass "
                                 "use_mpi=True too"),
     ({"use_mpi": True, "mpi_args": '--mca "x'}, "gcurun.run: mpi_args='--mca \"x': no "
@@ -163,3 +166,37 @@ def test_under_mpirun_a_ranks_exception_is_raised_here():
     with pytest.raises(RankFunctionError) as info:
         gcurun.run(fail_on_zero, num_proc=2, use_mpi=True)
     assert (info.value.rank, info.value.error_type) == (0, "KeyError")
+
+
+def elastic_training(steps):
+    """An elastic function: every worker joins, trains ``steps`` committed steps with an
+    allreduce each, and returns its rank, the size and the sum it saw."""
+    import numpy as np
+
+    import gcurun.runtime as hvd
+    from gcurun.runtime import elastic
+
+    hvd.init()
+    state = elastic.ObjectState(step=0, total=0.0)
+
+    @elastic.run
+    def train(state):
+        while state.step < steps:
+            state.total += float(hvd.allreduce(np.ones(1), op=hvd.Sum, name="one")[0])
+            state.step += 1
+            state.commit()
+        return hvd.rank(), hvd.size(), state.total
+
+    return train(state)
+
+
+def test_min_np_max_np_and_a_discovery_script_run_an_elastic_job(tmp_path):
+    script = tmp_path / "hosts.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\n")
+    script.chmod(0o755)
+    results = gcurun.run(elastic_training, args=(3,), min_num_proc=2, max_num_proc=2,
+                         host_discovery_script=str(script), elastic_timeout=60,
+                         output_filename=str(tmp_path / "logs"))
+    assert results == [(0, 2, 6.0), (1, 2, 6.0)]
+    log = (tmp_path / "logs" / "latest" / "elastic-events.jsonl").read_text()
+    assert '"event": "generation"' in log and '"size": 2' in log

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gcurun.config.api import Settings
+from gcurun.config.resolve import setting_name
 from gcurun.errors import UsageError
 
 DEFAULT_ELASTIC_TIMEOUT = 600.0
@@ -37,49 +39,55 @@ class ElasticConfig:
         return self.start_np if self.start_np is not None else self.min_np
 
 
-def make_config(*, np: int | None, min_np: int | None, max_np: int | None,
-                slots: int | None = None, elastic_timeout: float | None = None,
-                reset_limit: int | None = None,
-                cooldown: tuple[int, int] | None = None) -> ElasticConfig:
-    """Check the elastic options together and return the config.
+def elastic_config(settings: Settings) -> ElasticConfig:
+    """The driver's config from ``settings.elastic`` and ``settings.np`` (the ranks to
+    start with), checked together.
 
-    Raises UsageError quoting the values, the rule and the fix."""
+    Raises UsageError quoting the values, each named as it was given (option, variable
+    or profile line), the rule and the fix."""
+    e = settings.elastic
+
+    def name(field: str) -> str:
+        path = "np" if field == "np" else f"elastic.{field}"
+        return setting_name(path, settings.sources.get(path, "cli"))
+
+    np, min_np, max_np = settings.np, e.min_np, e.max_np
     if min_np is None:
         min_np = np
     if min_np is None:
         raise UsageError("an elastic job needs --min-np N (or -np N): the fewest ranks it "
                          "may run with")
     if min_np < 1:
-        raise UsageError(f"--min-np {min_np}: an elastic job runs at least 1 rank; give "
-                         "--min-np 1 or more")
+        raise UsageError(f"{name('min_np')} {min_np}: an elastic job runs at least 1 rank; "
+                         f"give {name('min_np')} 1 or more")
     if max_np is None and np is not None:
         max_np = max(np, min_np)
-    if max_np is not None and max_np < min_np:
-        raise UsageError(f"--max-np {max_np} is below --min-np {min_np}; give --max-np of "
-                         f"at least {min_np}")
+    elif max_np is not None and max_np < min_np:
+        raise UsageError(f"{name('max_np')} {max_np} is below {name('min_np')} {min_np}; "
+                         f"give {name('max_np')} of at least {min_np}")
     if np is not None and not min_np <= np <= (max_np if max_np is not None else np):
-        raise UsageError(f"-np {np} must lie between --min-np {min_np} and --max-np "
-                         f"{max_np}; it is the number of ranks to start with")
-    if slots is not None and slots < 1:
-        raise UsageError(f"--slots {slots}: a host has at least 1 slot")
-    if elastic_timeout is not None and elastic_timeout <= 0:
-        raise UsageError(f"--elastic-timeout {elastic_timeout:g}: give a positive number "
-                         "of seconds")
-    if reset_limit is not None and reset_limit < 0:
-        raise UsageError(f"--reset-limit {reset_limit}: give 0 or more resets")
+        raise UsageError(f"{name('np')} {np} must lie between {name('min_np')} {min_np} "
+                         f"and {name('max_np')} {max_np}; it is the number of ranks to "
+                         "start with")
+    if e.slots is not None and e.slots < 1:
+        raise UsageError(f"{name('slots')} {e.slots}: a host has at least 1 slot")
+    if not e.timeout > 0:
+        raise UsageError(f"{name('timeout')} {e.timeout:g}: give a positive number of "
+                         "seconds")
+    if e.reset_limit is not None and e.reset_limit < 0:
+        raise UsageError(f"{name('reset_limit')} {e.reset_limit}: give 0 or more resets")
+    cooldown = e.blacklist_cooldown_range
     if cooldown is not None:
         low, high = cooldown
+        given = f"{name('blacklist_cooldown_range')} {low} {high}"
         if low < COOLDOWN_LOWER_LIMIT:
-            raise UsageError(f"--blacklist-cooldown-range {low} {high}: the lower limit "
-                             f"{low} cannot be lower than {COOLDOWN_LOWER_LIMIT} s")
+            raise UsageError(f"{given}: the lower limit {low} cannot be lower than "
+                             f"{COOLDOWN_LOWER_LIMIT} s")
         if high > COOLDOWN_UPPER_LIMIT:
-            raise UsageError(f"--blacklist-cooldown-range {low} {high}: the upper limit "
-                             f"{high} cannot be higher than {COOLDOWN_UPPER_LIMIT} s")
+            raise UsageError(f"{given}: the upper limit {high} cannot be higher than "
+                             f"{COOLDOWN_UPPER_LIMIT} s")
         if low > high:
-            raise UsageError(f"--blacklist-cooldown-range {low} {high}: MIN is above MAX; "
-                             "give MIN first")
-    return ElasticConfig(
-        min_np=min_np, max_np=max_np, start_np=np, default_slots=slots,
-        elastic_timeout=DEFAULT_ELASTIC_TIMEOUT if elastic_timeout is None
-        else float(elastic_timeout),
-        reset_limit=reset_limit, cooldown=cooldown)
+            raise UsageError(f"{given}: MIN is above MAX; give MIN first")
+    return ElasticConfig(min_np=min_np, max_np=max_np, start_np=np, default_slots=e.slots,
+                         elastic_timeout=float(e.timeout), reset_limit=e.reset_limit,
+                         cooldown=(cooldown[0], cooldown[1]) if cooldown else None)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from gcurun.config.api import Settings
-from gcurun.errors import GcurunError, LaunchError
+from gcurun.errors import GcurunError, LaunchError, UsageError
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.api import ExecutorErrorEvent, ExitEvent, OutputEvent, RankGroup
 from gcurun.launch.bootstrap_group import BootstrapGroup
@@ -29,13 +29,9 @@ from gcurun.launch.elastic import events as ev
 from gcurun.launch.elastic.config import DISCOVERY_TIMEOUT, ElasticConfig
 from gcurun.launch.elastic.discovery import DiscoveryError
 from gcurun.launch.elastic.driver import ElasticDriver
+from gcurun.launch.elastic.plan import worker_plan, worker_settings
 from gcurun.launch.elastic.records import Assignment
-from gcurun.launch.remote.rank_env import (
-    ANY_ADDRESS,
-    RENDEZVOUS_VARIABLE,
-    SECRET_VARIABLE,
-    rank_environment,
-)
+from gcurun.launch.remote.rank_env import ANY_ADDRESS, RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.launch.supervision.output import OutputSink
 from gcurun.launch.supervision.supervise import (
     EventQueue,
@@ -64,12 +60,15 @@ class ElasticRunner:
     """Runs ``command`` as an elastic job: ``discover()`` returns the hosts (it raises
     DiscoveryError on failure); ``settings`` are the job's (output, grace, SSH, ...).
     ``event_log``: a path for one JSON line per driver event. ``stderr`` gets one line
-    per generation, blacklisting and the end."""
+    per generation, blacklisting and the end. ``extra_secrets``: variables every worker
+    gets off its command line (``gcurun.run``'s function service; an address ``*:PORT``
+    means this host as the worker's host reaches it)."""
 
     def __init__(self, command: Sequence[str], settings: Settings, config: ElasticConfig,
                  discover: Discover, sink: OutputSink, *, stderr: TextIO = sys.stderr,
                  liveness: float = 10.0, event_log: str | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 extra_secrets: Mapping[str, str] | None = None):
         self.command = tuple(command)
         self.settings = settings
         self.config = config
@@ -77,6 +76,7 @@ class ElasticRunner:
         self.sink = sink
         self.stderr = stderr
         self.liveness = liveness
+        self.extra_secrets = dict(extra_secrets or {})
         self.clock = clock
         self.events: EventQueue = EventQueue()
         self.driver = ElasticDriver(config, now=clock())
@@ -238,32 +238,19 @@ class ElasticRunner:
 
     def _make_group(self, spec: HostSpec, assignments: Sequence[Assignment]) -> RankGroup:
         from gcurun.launch.execute import group_factory
-        from gcurun.launch.prepare import plan_job, prepare_plan
+        from gcurun.launch.prepare import prepare_plan
 
         slots = max(a.slot for a in assignments) + 1
         host = dataclasses.replace(spec, slots=max(spec.slots, slots))
-        batch = dataclasses.replace(self.settings, hosts=(host,), np=host.slots,
-                                    launcher=None, oversubscribe=True)
-        plan = plan_job(self.command, batch)
-        by_slot = {r.local_rank: r for r in plan.ranks}
-        ranks = []
-        for a in assignments:
-            r = by_slot[a.slot]
-            env = dict(r.env)
-            env.update(rank_environment(
-                rank=a.rank, size=a.size, local_rank=a.local_rank, local_size=a.local_size,
-                cross_rank=a.cross_rank, cross_size=a.cross_size, node_rank=a.cross_rank,
-                hostname=a.host, master_addr=plan.master_addr, master_port=plan.master_port,
-                device_var=plan.device_var, device=r.device,
-                visible_devices=r.visible_devices))
-            env.update(GCURUN_ELASTIC_WORKER=str(a.worker), GCURUN_ELASTIC="1",
-                       HOROVOD_ELASTIC="1", GCURUN_LIVENESS_TIMEOUT_SECONDS=f"{self.liveness:g}")
-            ranks.append(dataclasses.replace(r, rank=a.worker, env=env))
-        plan = dataclasses.replace(plan, ranks=tuple(ranks))
-        job = prepare_plan(plan, batch)
+        plan = worker_plan(self.command, self.settings, (host,), assignments,
+                           liveness=self.liveness)
+        job = prepare_plan(plan, worker_settings(self.settings, (host,)))
         local = plan.launcher == "local"
-        secrets = {RENDEZVOUS_VARIABLE: f"{'127.0.0.1' if local else ANY_ADDRESS}:{self._port}",
-                   SECRET_VARIABLE: self._secret.hex()}
+        here = "127.0.0.1" if local else ANY_ADDRESS
+        secrets = {RENDEZVOUS_VARIABLE: f"{here}:{self._port}",
+                   SECRET_VARIABLE: self._secret.hex(),
+                   **{name: value.replace(f"{ANY_ADDRESS}:", f"{here}:")
+                      for name, value in self.extra_secrets.items()}}
         groups = group_factory(plan.launcher)(job, secrets)
         if len(groups) != 1:
             job.close()
@@ -305,6 +292,25 @@ class ElasticRunner:
                 self.events.put(("discovered", tuple((h.name, h.slots) for h in found)))
                 first = False
             self._stop.wait(self.config.discovery_interval)
+
+
+def elastic_discovery(settings: Settings, config: ElasticConfig) -> Discover:
+    """How the job finds its hosts: the discovery script of the settings, or their fixed
+    hosts (at least two). Raises UsageError when both or neither are given."""
+    from gcurun.launch.elastic.discovery import check_fixed_hosts
+
+    script = settings.elastic.host_discovery_script
+    if script:
+        if settings.hosts is not None:
+            raise UsageError("--host-discovery-script finds the hosts; drop -H/--hostfile "
+                             "(or drop the script and give --min-np with -H)")
+        return script_discovery(script, config.default_slots)
+    if settings.hosts is None:
+        raise UsageError("--min-np needs hosts: give -H/--hostfile (at least 2 hosts) or "
+                         "--host-discovery-script")
+    check_fixed_hosts(settings.hosts, settings.hostfile or ",".join(
+        f"{h.display}:{h.slots}" for h in settings.hosts))
+    return fixed_discovery(settings.hosts)
 
 
 def script_discovery(script: str, default_slots: int | None) -> Discover:

@@ -156,7 +156,9 @@ def outcome(payload: bytes) -> tuple[bool, bytes]:
 
 
 def main() -> int:
-    rank = int(os.environ["GCURUN_RANK"])
+    # An elastic job's worker is known by its worker id: its rank changes as the job
+    # re-forms.
+    rank = int(os.environ.get("GCURUN_ELASTIC_WORKER") or os.environ["GCURUN_RANK"])
     secret = bytes.fromhex(os.environ.pop(SECRET_VARIABLE))
     sock = connect(parse_addresses(os.environ[ADDRESS_VARIABLE]), secret)
     deadline = time.monotonic() + CONNECT_SECONDS
