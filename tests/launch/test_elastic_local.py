@@ -66,12 +66,14 @@ def test_reset_limit_zero_ends_the_job_on_the_first_failure():
 
 
 def test_below_min_np_for_the_elastic_timeout_fails_with_the_min_np_message():
-    done = run_gcurun("--min-np", "3", "-H", HOSTS, "--elastic-timeout", "3",
+    # The elastic timeout also bounds each generation's forming: 10 s lets three ranks
+    # start on a loaded machine (3 s did not always).
+    done = run_gcurun("--min-np", "3", "-H", HOSTS, "--elastic-timeout", "10",
                       sys.executable, SCRIPT, "30", "--kill-at", "5:1")
     assert done.returncode == 1
     assert ("timed out waiting for the minimum number of slots: only 2 available "
             "(localhost:1, 127.0.0.2:1; 127.0.0.1 blacklisted (worker 1 failed)) but "
-            "--min-np is 3, for the whole --elastic-timeout of 3 s") in done.stderr
+            "--min-np is 3, for the whole --elastic-timeout of 10 s") in done.stderr
 
 
 def test_a_discovered_host_joins_and_the_size_grows(tmp_path):
