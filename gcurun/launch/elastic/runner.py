@@ -261,7 +261,7 @@ class ElasticRunner:
             ranks.append(dataclasses.replace(r, rank=a.worker, env=env))
         plan = dataclasses.replace(plan, ranks=tuple(ranks))
         job = prepare_plan(plan, batch)
-        local = plan.launcher == "local"
+        local = job.kind.this_host_only
         secrets = {RENDEZVOUS_VARIABLE: f"{'127.0.0.1' if local else ANY_ADDRESS}:{self._port}",
                    SECRET_VARIABLE: self._secret.hex()}
         groups = group_factory(plan.launcher)(job, secrets)

@@ -33,7 +33,7 @@ from gcurun.launch.mpi.command import MPIFlavour, MpirunCommand, build_mpirun_co
 from gcurun.launch.supervision.stopping import stop_processes
 
 if TYPE_CHECKING:
-    from gcurun.launch.prepare import PreparedJob
+    from gcurun.launch.prepared import PreparedJob
 
 _OMPI_TAG = re.compile(rb"^\[[^\]]*?,(\d+)\]<(stdout|stderr|stddiag)>:")
 _HYDRA_TAG = re.compile(rb"^\[(\d+)\] ")

@@ -38,7 +38,7 @@ from gcurun.launch.slurm.command import (
 from gcurun.launch.supervision.stopping import stop_processes
 
 if TYPE_CHECKING:
-    from gcurun.launch.prepare import PreparedJob
+    from gcurun.launch.prepared import PreparedJob
 
 # Every Slurm client command gcurun runs (squeue, scancel) gets this long.
 CLIENT_SECONDS = 15.0
