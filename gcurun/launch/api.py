@@ -110,7 +110,16 @@ class ExecutorErrorEvent:
     message: str
 
 
-Event = Union[OutputEvent, ExitEvent, ExecutorErrorEvent]
+@dataclass(frozen=True)
+class LauncherNoticeEvent:
+    """A line a launcher program (mpirun, srun) wrote of its own, for the user: the
+    supervisor hands it to the output sink, which shows it as ``[mpirun] text``."""
+
+    source: str
+    text: str
+
+
+Event = Union[OutputEvent, ExitEvent, ExecutorErrorEvent, LauncherNoticeEvent]
 
 # Signals that make gcurun stop every rank and exit 128+N (a closed terminal's SIGHUP too).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -14,9 +14,8 @@ from typing import Protocol, TypeVar
 from gcurun.config.api import Settings
 from gcurun.errors import LaunchError
 from gcurun.launch.api import STOP_SIGNALS, Event, LaunchPlan, RankGroup
-from gcurun.launch.kinds import launcher_kind
+from gcurun.launch.kinds import PreparedJob, launcher_kind
 from gcurun.launch.prepare import prepare_plan
-from gcurun.launch.prepared import PreparedJob
 from gcurun.launch.remote.rank_env import ANY_ADDRESS, RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.launch.supervision.output import OutputSink
 from gcurun.launch.supervision.supervise import (

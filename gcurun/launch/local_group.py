@@ -28,7 +28,7 @@ from gcurun.launch.kinds import LauncherKind
 from gcurun.launch.remote.protocol import parse_hello
 
 if TYPE_CHECKING:
-    from gcurun.launch.prepared import PreparedJob
+    from gcurun.launch.kinds import PreparedJob
 
 # The bootstrap imports this gcurun from the package's own directory, whatever the ranks'
 # working directory or PYTHONPATH hold; it needs nothing else (stdlib only), so it starts

@@ -23,8 +23,7 @@ from gcurun.config.api import DEVICE_VARIABLES, Settings
 from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.api import LaunchPlan
-from gcurun.launch.kinds import launcher_kind
-from gcurun.launch.prepared import PreparedJob
+from gcurun.launch.kinds import PreparedJob, launcher_kind
 from gcurun.launch.remote.horovod_alias import ALIAS_VARIABLE
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from gcurun.launch.api import RankGroup
 from gcurun.launch.kinds import Bound, LauncherKind, Preview
 
 if TYPE_CHECKING:
-    from gcurun.launch.prepared import PreparedJob
+    from gcurun.launch.kinds import PreparedJob
 
 # What --dry-run shows for the hostfile a run writes into a fresh temporary directory.
 PREVIEW_HOSTFILE = "$TMPDIR/gcurun-mpi-XXXXXX/hostfile"

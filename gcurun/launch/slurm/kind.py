@@ -10,7 +10,7 @@ from gcurun.launch.api import LaunchPlan, RankGroup
 from gcurun.launch.kinds import Bound, LauncherKind, Preview
 
 if TYPE_CHECKING:
-    from gcurun.launch.prepared import PreparedJob
+    from gcurun.launch.kinds import PreparedJob
 
 # What --dry-run shows for the step name a run chooses at start.
 PREVIEW_STEP_NAME = "gcurun-XXXXXXXXXXXX"

@@ -13,7 +13,7 @@ from gcurun.launch.ssh.preflight import host_sessions
 
 if TYPE_CHECKING:
     from gcurun.config.api import Settings
-    from gcurun.launch.prepared import PreparedJob
+    from gcurun.launch.kinds import PreparedJob
     from gcurun.launch.ssh.preflight import HostSessions
 
 log = logging.getLogger("gcurun.launch.prepare")

@@ -29,7 +29,7 @@ from gcurun.launch.ssh.hostkeys import KnownHostEntry, read_known_hosts
 from gcurun.launch.ssh.sshconfig import SSHTarget, resolve_targets
 
 if TYPE_CHECKING:
-    from gcurun.launch.prepared import PreparedJob
+    from gcurun.launch.kinds import PreparedJob
 
 log = logging.getLogger("gcurun.ssh")
 

@@ -24,7 +24,7 @@ from gcurun.launch.ssh.preflight import HostSession, drain_stderr, host_sessions
 from gcurun.rendezvous.wire import set_liveness, show_address
 
 if TYPE_CHECKING:
-    from gcurun.launch.prepared import PreparedJob
+    from gcurun.launch.kinds import PreparedJob
 
 STDERR_TAIL_BYTES = 4096
 EXIT_STATUS_WAIT = 2.0
