@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Union
 
@@ -78,6 +78,18 @@ class LaunchPlan:
 
     def ranks_on(self, host: str) -> tuple[RankSpec, ...]:
         return tuple(r for r in self.ranks if r.host == host)
+
+
+def shared_environment(envs: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """The variables (name and value) that every one of ``envs`` holds."""
+    found = iter(envs)
+    shared = dict(next(found, {}))
+    for env in found:
+        for name in [n for n, v in shared.items() if env.get(n) != v]:
+            del shared[name]
+        if not shared:
+            break
+    return shared
 
 
 @dataclass(frozen=True)

@@ -157,11 +157,11 @@ def srun_command(job: PreparedJob, secrets: Mapping[str, str],
     return build_srun_command(
         plan, settings, python=settings.ssh.python or sys.executable,
         step_name=step_name or new_step_name(), pmix=uses_pmix(settings),
-        bindings=plan_bindings(plan), secrets=secrets,
+        bindings=encoded_bindings(plan), secrets=secrets,
         job_name=environ.get("SLURM_JOB_NAME"))
 
 
-def plan_bindings(plan: LaunchPlan) -> str | None:
+def encoded_bindings(plan: LaunchPlan) -> str | None:
     """The shim's GCURUN_BINDINGS for the plan's bound ranks; None when none is bound."""
     from gcurun.launch.remote.mpi_shim import RankBinding, encode_bindings
 
