@@ -28,12 +28,13 @@ def launch_elastic(command: Sequence[str], settings: Settings, params: Mapping[s
         elastic_discovery,
         event_log_path,
     )
+    from gcurun.launch.kinds import own_launcher
     from gcurun.launch.supervision.output import OutputSink
 
     if not command:
         raise UsageError("no command given; put it after the options: gcurun --min-np 2 "
                          "-H a:1,b:1 python train.py")
-    if settings.launcher in ("mpi", "slurm"):
+    if not own_launcher(settings.launcher):
         raise UsageError(f"elastic jobs run on gcurun's own launcher with the tcp backend; "
                          f"drop --{settings.launcher}")
     if environ.get("GCURUN_BACKEND", "tcp") != "tcp":

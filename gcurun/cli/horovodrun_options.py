@@ -378,9 +378,11 @@ def split_args(text: str, option: str) -> tuple[str, ...]:
 
 def _apply_controller(p: Mapping[str, Any], cli: MutableMapping[str, Any],
                       out: Compat) -> None:
+    from gcurun.launch.kinds import own_launcher
+
     launcher = cli.get("launcher")
     if p.get("use_gloo"):
-        if launcher in ("mpi", "slurm"):
+        if not own_launcher(launcher):
             given_as = "--mpi" if p.get("use_mpi") else f"--launcher {launcher}"
             raise UsageError(f"--gloo (gcurun's own launcher and tcp runtime) conflicts "
                              f"with {given_as}; give one")

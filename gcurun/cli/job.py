@@ -7,16 +7,13 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from gcurun.cli.console import job_logs, use_color
 from gcurun.cli.elastic import launch_elastic
 from gcurun.config.api import Settings
 from gcurun.errors import JobInterrupted, UsageError
-from gcurun.launch.api import STOP_SIGNALS, LaunchPlan
-
-if TYPE_CHECKING:
-    from gcurun.launch.prepare import PreparedJob
+from gcurun.launch.api import STOP_SIGNALS
 
 
 def launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str, Any],
@@ -71,18 +68,14 @@ def _launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str,
         if settings.report_bindings and not params.get("as_json"):
             from gcurun.launch.planning.binding import format_binding_table
 
-            unbound = "by mpirun" if job.plan.launcher == "mpi" else \
-                "after the srun probe" if job.remote_unbound and job.plan.launcher == "slurm" \
-                else "after the ssh preflight" if job.remote_unbound else "not bound"
-            stderr.write(format_binding_table(job.plan, unbound=unbound) + "\n")
+            stderr.write(format_binding_table(job.plan, unbound=job.kind.unbound_text(job))
+                         + "\n")
         if dry_run:
             from gcurun.cli.render import print_plan
 
-            mpirun = mpirun_preview(job.plan, settings) if job.plan.launcher == "mpi" \
-                else None
-            srun = srun_preview(job) if job.plan.launcher == "slurm" else None
+            preview = job.kind.preview(job)
             print_plan(job.plan, settings, as_json=bool(params.get("as_json")), out=stdout,
-                       mpirun=mpirun, srun=srun)
+                       mpirun=preview.mpirun, srun=preview.srun)
             return 0
         from gcurun.launch.execute import execute
         from gcurun.launch.supervision.output import OutputSink
@@ -101,10 +94,13 @@ def _launch(command: Sequence[str], cli: Mapping[str, Any], params: Mapping[str,
 
 def check_flags(params: Mapping[str, Any], settings: Settings) -> None:
     """Refuse flags that go only with --dry-run, and a preflight of an mpirun launch."""
+    from gcurun.launch.kinds import launcher_kind
+
     for flag, name in (("as_json", "--json"), ("preflight", "--preflight")):
         if params.get(flag) and not params.get("dry_run"):
             raise UsageError(f"{name} only goes with --dry-run; add --dry-run")
-    if params.get("preflight") and settings.launcher == "mpi":
+    if params.get("preflight") and settings.launcher is not None and \
+            not launcher_kind(settings.launcher).accepts_preflight_option:
         raise UsageError("--preflight checks the hosts gcurun reaches over SSH, but mpirun "
                          "reaches its hosts itself; drop --preflight or --mpi")
 
@@ -121,18 +117,3 @@ def check_show_ranks(ranks: tuple[int, ...] | None, size: int) -> None:
                          f"{size}")
 
 
-def mpirun_preview(plan: LaunchPlan, settings: Settings) -> tuple[tuple[str, ...], str | None]:
-    """The exact mpirun argv a run would use (its hostfile path is a temporary one chosen
-    at start) and the hostfile text."""
-    from gcurun.launch.mpi.rank_group import mpi_command
-
-    command, _ = mpi_command(plan, settings, secrets={},
-                             hostfile_path="$TMPDIR/gcurun-mpi-XXXXXX/hostfile")
-    return command.argv, command.hostfile
-
-
-def srun_preview(job: PreparedJob) -> tuple[str, ...]:
-    """The srun argv a run would use (its step name is chosen at start)."""
-    from gcurun.launch.slurm.rank_group import srun_command
-
-    return srun_command(job, secrets={}, step_name="gcurun-XXXXXXXXXXXX").argv

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from gcurun.config.api import Settings
 from gcurun.errors import GcurunError, JobInterrupted, RanksFailedError
-from gcurun.launch.api import LaunchPlan, RankSpec
+from gcurun.launch.api import LaunchPlan, RankSpec, shared_environment
 
 
 def plan_header(plan: LaunchPlan) -> dict[str, Any]:
@@ -30,17 +30,6 @@ def plan_header(plan: LaunchPlan) -> dict[str, Any]:
                    "devices": list(h.devices) if h.devices is not None else None}
                   for h in plan.hosts],
     }
-
-
-def shared_environment(ranks: Sequence[RankSpec]) -> dict[str, str]:
-    """The variables every rank gets with one value (the job's environment)."""
-    if not ranks:
-        return {}
-    shared = dict(ranks[0].env)
-    for r in ranks[1:]:
-        for name in [n for n, v in shared.items() if r.env.get(n) != v]:
-            del shared[name]
-    return dict(sorted(shared.items()))
 
 
 def rank_to_dict(r: RankSpec, shared: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -65,7 +54,7 @@ def write_plan_json(plan: LaunchPlan, out: TextIO, extra: Mapping[str, Any]) -> 
     built in memory first. The variables every rank shares are written once, as ``env``;
     each rank's ``env`` holds the rest (a rank's environment is the two together)."""
     marker = "\u0000ranks"
-    shared = shared_environment(plan.ranks)
+    shared = dict(sorted(shared_environment(r.env for r in plan.ranks).items()))
     head = {**plan_header(plan), "env": shared, "ranks": marker,
             "sources": dict(sorted(plan.sources.items())), **extra}
     before, _, after = json.dumps(head, indent=2).partition(json.dumps(marker))

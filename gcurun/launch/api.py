@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Union
 
@@ -80,6 +80,18 @@ class LaunchPlan:
         return tuple(r for r in self.ranks if r.host == host)
 
 
+def shared_environment(envs: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """The variables (name and value) that every one of ``envs`` holds."""
+    found = iter(envs)
+    shared = dict(next(found, {}))
+    for env in found:
+        for name in [n for n, v in shared.items() if env.get(n) != v]:
+            del shared[name]
+        if not shared:
+            break
+    return shared
+
+
 @dataclass(frozen=True)
 class OutputEvent:
     """Bytes a rank wrote; ``data`` is empty when the stream reached its end."""
@@ -110,7 +122,16 @@ class ExecutorErrorEvent:
     message: str
 
 
-Event = Union[OutputEvent, ExitEvent, ExecutorErrorEvent]
+@dataclass(frozen=True)
+class LauncherNoticeEvent:
+    """A line a launcher program (mpirun, srun) wrote of its own, for the user: the
+    supervisor hands it to the output sink, which shows it as ``[mpirun] text``."""
+
+    source: str
+    text: str
+
+
+Event = Union[OutputEvent, ExitEvent, ExecutorErrorEvent, LauncherNoticeEvent]
 
 # Signals that make gcurun stop every rank and exit 128+N (a closed terminal's SIGHUP too).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

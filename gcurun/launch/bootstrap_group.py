@@ -16,7 +16,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gcurun.launch.api import (
@@ -26,6 +26,7 @@ from gcurun.launch.api import (
     ExitEvent,
     OutputEvent,
     RankSpec,
+    shared_environment,
 )
 from gcurun.launch.remote.protocol import ERROR, EXIT, STARTED, STOPPED, STREAM_KINDS, FrameReader
 from gcurun.rendezvous.wire import encode_frame
@@ -47,18 +48,6 @@ def binding_message(binding: Binding | None) -> dict[str, Any] | None:
         return None
     return {"cpus": list(binding.cpus), "numa_node": binding.numa_node,
             "mem_bind": binding.mem_bind}
-
-
-def shared_environment(envs: Iterable[Mapping[str, str]]) -> dict[str, str]:
-    """The variables (name and value) that every one of ``envs`` holds."""
-    found = iter(envs)
-    shared = dict(next(found, {}))
-    for env in found:
-        for name in [n for n, v in shared.items() if env.get(n) != v]:
-            del shared[name]
-        if not shared:
-            break
-    return shared
 
 
 def job_messages(ranks: Sequence[RankSpec], argv: Mapping[int, Sequence[str]], *,

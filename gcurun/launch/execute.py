@@ -1,10 +1,9 @@
-"""Executing a prepared job: serve its rendezvous, make the executor's rank groups, start
-them and supervise them to the end."""
+"""Executing a prepared job: serve its rendezvous, make the launcher kind's rank groups,
+start them and supervise them to the end."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import queue
 import signal
@@ -15,7 +14,8 @@ from typing import Protocol, TypeVar
 from gcurun.config.api import Settings
 from gcurun.errors import LaunchError
 from gcurun.launch.api import STOP_SIGNALS, Event, LaunchPlan, RankGroup
-from gcurun.launch.prepare import PreparedJob, prepare_plan
+from gcurun.launch.kinds import PreparedJob, launcher_kind
+from gcurun.launch.prepare import prepare_plan
 from gcurun.launch.remote.rank_env import ANY_ADDRESS, RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.launch.supervision.output import OutputSink
 from gcurun.launch.supervision.supervise import (
@@ -34,15 +34,7 @@ class _Startable(Protocol):
 
 Server = TypeVar("Server", bound=_Startable)
 
-# Launcher name -> "module:function" making the rank groups of a prepared job; a module is
-# imported only when a job uses its executor.
 GroupFactory = Callable[[PreparedJob, Mapping[str, str]], Sequence[RankGroup]]
-EXECUTORS: dict[str, str] = {
-    "local": "gcurun.launch.local_group:local_groups",
-    "ssh": "gcurun.launch.ssh.rank_group:ssh_groups",
-    "mpi": "gcurun.launch.mpi.rank_group:mpi_groups",
-    "slurm": "gcurun.launch.slurm.rank_group:slurm_groups",
-}
 
 
 def log_pids(pids: Mapping[int, int]) -> None:
@@ -62,14 +54,9 @@ def describe_group(group: RankGroup) -> str:
 
 
 def group_factory(launcher: str) -> GroupFactory:
-    """The factory of ``launcher``'s rank groups. Raises LaunchError for an unknown one."""
-    try:
-        module, _, name = EXECUTORS[launcher].partition(":")
-    except KeyError:
-        raise LaunchError(f"launcher '{launcher}' is not available in this build; "
-                          f"use one of: {', '.join(sorted(EXECUTORS))}") from None
-    factory: GroupFactory = getattr(importlib.import_module(module), name)
-    return factory
+    """What makes ``launcher``'s rank groups (its kind's :meth:`rank_groups`). Raises
+    LaunchError for an unknown launcher."""
+    return launcher_kind(launcher).rank_groups
 
 
 @contextlib.contextmanager
@@ -113,10 +100,11 @@ def job_rendezvous(job: PreparedJob) -> Iterator[dict[str, str]]:
     and for each SSH host this host's address on that host's connection (every address,
     as before, when a connection goes through a proxy and has none of its own).
     Yields the variables every rank gets off its command line: GCURUN_RENDEZVOUS and the
-    per-job GCURUN_SECRET. mpirun jobs use the mpi backend and one-rank jobs need none.
+    per-job GCURUN_SECRET. Kinds whose ranks use the mpi backend (mpirun) and one-rank
+    jobs need none.
     """
     plan = job.plan
-    if plan.launcher == "mpi" or plan.size < 2:
+    if not job.kind.needs_rendezvous or plan.size < 2:
         yield {}
         return
     from gcurun.rendezvous.server import RendezvousServer, new_secret
@@ -144,10 +132,7 @@ def rank_facing_addresses(job: PreparedJob) -> list[str] | None:
     import ipaddress
 
     found = ["127.0.0.1"] if any(r.is_local for r in job.plan.ranks) else []
-    if job.plan.launcher == "ssh":
-        from gcurun.launch.ssh.rank_group import launcher_address
-
-        found += [launcher_address(session) for session in job.sessions.values()]
+    found += job.kind.rank_facing_addresses(job)
     try:
         for address in found:
             ipaddress.ip_address(address)
@@ -174,8 +159,8 @@ def execute(job: PreparedJob, sink: OutputSink,
     ``secrets`` are extra variables every rank gets off its command line.
 
     Returns when every rank exited 0; raises RanksFailedError, JobInterrupted or
-    LaunchError otherwise, in every case after stopping all ranks. The job's host
-    sessions are closed at the end whatever happened.
+    LaunchError otherwise, in every case after stopping all ranks. What the job's
+    preflight opened (SSH sessions) is closed at the end whatever happened.
     """
     try:
         with job_rendezvous(job) as rendezvous:

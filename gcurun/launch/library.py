@@ -175,7 +175,6 @@ def _run(payload: bytes, python: str, settings: Settings, verbose: bool) -> list
     from gcurun.launch.function_service import FunctionService
     from gcurun.launch.prepare import prepare
     from gcurun.launch.remote import run_function as rank_side
-    from gcurun.launch.remote.rank_env import ANY_ADDRESS
     from gcurun.launch.supervision.output import OutputSink, job_log_directory
     from gcurun.rendezvous.wire import new_secret
 
@@ -194,7 +193,7 @@ def _run(payload: bytes, python: str, settings: Settings, verbose: bool) -> list
         else:
             service = start_on_any_address(
                 lambda host: FunctionService(payload, plan.size, secret, host))
-            addresses = launcher_addresses(plan.launcher, service.port, ANY_ADDRESS)
+            addresses = job.kind.service_address(service.port)
         try:
             sink = OutputSink(sys.stdout, sys.stderr, show_ranks=settings.show_ranks,
                               output_dir=settings.output_dir and
@@ -253,24 +252,6 @@ def _run_elastic(payload: bytes, python: str, settings: Settings,
                 if outcome.ok]
     finally:
         service.close()
-
-
-def launcher_addresses(launcher: str, port: int, any_address: str) -> str:
-    """Where ranks on other hosts reach this process: over SSH the executors fill in the
-    address of each host's connection; mpirun gives all ranks one list of this host's
-    addresses, which each rank tries in turn."""
-    if launcher != "mpi":
-        return f"{any_address}:{port}"
-    import socket
-
-    import psutil
-
-    from gcurun.rendezvous.wire import show_address
-
-    found = [a.address.split("%")[0] for addrs in psutil.net_if_addrs().values()
-             for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)]
-    found.sort(key=lambda a: (a.startswith(("127.", "::1", "fe80")), ":" in a))
-    return ",".join(show_address((a, port)) for a in found)
 
 
 def function_error(service: FunctionService, exc: RanksFailedError) -> RanksFailedError:

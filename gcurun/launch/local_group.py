@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING
 from gcurun.errors import LaunchError
 from gcurun.launch.api import RankGroup, RankSpec
 from gcurun.launch.bootstrap_group import SEND_WAIT_SECONDS, BootstrapGroup
+from gcurun.launch.kinds import LauncherKind
 from gcurun.launch.remote.protocol import parse_hello
 
 if TYPE_CHECKING:
-    from gcurun.launch.prepare import PreparedJob
+    from gcurun.launch.kinds import PreparedJob
 
 # The bootstrap imports this gcurun from the package's own directory, whatever the ranks'
 # working directory or PYTHONPATH hold; it needs nothing else (stdlib only), so it starts
@@ -218,3 +219,14 @@ def local_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[RankGroup
     return [LocalRankGroup(ranks, workdir=job.plan.workdir, extra_env=secrets,
                            argv_for=local_binder(),
                            kill_grace=job.settings.grace_seconds)] if ranks else []
+
+
+class LocalKind(LauncherKind):
+    """Every rank on this host, under one bootstrap gcurun starts here."""
+
+    name = "local"
+    this_host_only = True
+    chosen_because = "every rank is on this host"
+
+    def rank_groups(self, job: PreparedJob, secrets: Mapping[str, str]) -> list[RankGroup]:
+        return local_groups(job, secrets)

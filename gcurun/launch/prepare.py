@@ -1,12 +1,13 @@
 """The one prepare step of every launch: place the ranks, check the remote hosts, bind.
 
 1. Plan (pure): ranks on hosts, each with its identity, device, argv and environment.
-2. Preflight: every remote host of an SSH launch is connected to and checked, and its
-   bootstrap waits there (skipped offline: ``connect=False``, as ``--dry-run`` does).
-   A --slurm launch is checked against its allocation (:mod:`gcurun.launch.slurm.prepare`).
-3. Bind: each rank's CPUs and memory node from its host's topology, this host's read
-   here and remote ones over the preflight's connections, a --slurm job's by one srun
-   step (without them, remote ranks stay unbound until a run prepares them).
+2. Preflight, the launcher kind's own (:mod:`gcurun.launch.kinds`): every remote host of
+   an SSH launch is connected to and checked, and its bootstrap waits there (skipped
+   offline: ``connect=False``, as ``--dry-run`` does).
+3. Bind, the kind's too: each rank's CPUs and memory node from its host's topology, this
+   host's read here and remote ones over the preflight's connections, a --slurm job's
+   checked against its allocation and bound by one srun step (without them, remote
+   ranks stay unbound until a run prepares them).
 
 The CLI, :func:`gcurun.run` and tests call it; executors run the :class:`PreparedJob`.
 """
@@ -17,17 +18,13 @@ import logging
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from gcurun.config.api import DEVICE_VARIABLES, Settings
 from gcurun.errors import PlanError
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.api import LaunchPlan
+from gcurun.launch.kinds import PreparedJob, launcher_kind
 from gcurun.launch.remote.horovod_alias import ALIAS_VARIABLE
-
-if TYPE_CHECKING:
-    from gcurun.launch.ssh.preflight import HostSession
 
 log = logging.getLogger(__name__)
 
@@ -35,49 +32,12 @@ log = logging.getLogger(__name__)
 NETWORK_INTERFACE_VARIABLE = "GCURUN_NETWORK_INTERFACE"
 
 
-@dataclass
-class PreparedJob:
-    """A plan ready to run: bound, its remote hosts checked and their bootstraps waiting.
-
-    ``connected`` tells whether remote hosts were checked; ``warnings`` are for the user
-    (allowed oversubscription). :meth:`close` lets the waiting bootstraps go; running
-    the job hands the sessions to its executor, which closes them at the end.
-    """
-
-    plan: LaunchPlan
-    settings: Settings
-    sessions: dict[str, HostSession] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
-    connected: bool = False
-
-    @property
-    def remote_unbound(self) -> bool:
-        """Whether remote ranks (every rank of a --slurm job) wait for a preflight to be
-        bound."""
-        if self.settings.bind_to == "none" or self.connected:
-            return False
-        return self.plan.launcher == "slurm" or (
-            self.plan.launcher == "ssh" and any(not r.is_local for r in self.plan.ranks))
-
-    def close(self) -> None:
-        """Close every checked host's connection (its bootstrap exits, having run
-        nothing). Idempotent."""
-        sessions, self.sessions = self.sessions, {}
-        for session in sessions.values():
-            session.close()
-
-    def __enter__(self) -> PreparedJob:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-
 def plan_job(command: Sequence[str], settings: Settings, *,
              environ: Mapping[str, str] | None = None, master_addr: str | None = None,
              master_port: int | None = None) -> LaunchPlan:
     """The plan of ``command`` under ``settings`` (pure but for reading this host's names
-    and a free port). Raises PlanError when the ranks do not fit."""
+    and a free port). Raises PlanError when the ranks do not fit or the launcher kind
+    cannot reach a host."""
     from gcurun.config.resolve import runtime_environment
     from gcurun.hosts.locality import probe_local_names
     from gcurun.launch.planning.forwarding import plan_forwarding
@@ -102,7 +62,7 @@ def plan_job(command: Sequence[str], settings: Settings, *,
         # that network's addresses (mpirun gets it as its own options).
         parse_network_interface(settings.mpi.network_interface)
         job_env[NETWORK_INTERFACE_VARIABLE] = settings.mpi.network_interface
-    return build_plan(
+    plan = build_plan(
         hosts, command, np=settings.np, oversubscribe=settings.oversubscribe,
         accelerator=settings.accelerator, device_var=device_var,
         devices=settings.devices, device_isolation=settings.device_isolation,
@@ -113,7 +73,10 @@ def plan_job(command: Sequence[str], settings: Settings, *,
         master_port=master_port or settings.master_port or free_port(),
         workdir=settings.workdir or os.getcwd(), sources=settings.sources,
         forwarding=plan_forwarding(environ, settings.env_forward, settings.forward_env,
-                                   login=settings.launcher == "slurm"))
+                                   login=settings.launcher is not None and
+                                   launcher_kind(settings.launcher).login_forwarding))
+    launcher_kind(plan.launcher).check_hosts(plan)
+    return plan
 
 
 def prepare(command: Sequence[str], settings: Settings, *,
@@ -144,8 +107,7 @@ def log_plan(plan: LaunchPlan, settings: Settings) -> None:
                       if plan.ranks_on(h.name))
     log.info("hosts (from %s): %s", sources.get("hosts", "default"), hosts)
     why = f"from {sources['launcher']}" if settings.launcher is not None else \
-        ("every rank is on this host" if plan.launcher == "local" else
-         "a host is remote" if plan.launcher == "ssh" else "from the allocation")
+        launcher_kind(plan.launcher).chosen_because
     log.info("launcher %s (%s); %d rank(s); accelerator %s (%s)", plan.launcher, why,
              plan.size, plan.accelerator, plan.device_var or "no device variable")
     log.info("MASTER_ADDR %s, MASTER_PORT %d; working directory %s", plan.master_addr,
@@ -186,57 +148,16 @@ def prepare_plan(plan: LaunchPlan, settings: Settings, *,
     check_output_dir(settings)
     check_workdir(settings, plan.workdir, any(r.is_local for r in plan.ranks))
     check_timeline(settings, plan.workdir, (r.rank for r in plan.ranks if r.is_local))
-    sessions: dict[str, HostSession] = {}
-    if connect and plan.launcher == "ssh":
-        from gcurun.launch.ssh.preflight import preflight_plan
-
-        remote = sorted({r.host for r in plan.ranks if not r.is_local})
-        log.info("checking %d remote host(s) over SSH: %s", len(remote), ", ".join(remote))
-        sessions = preflight_plan(plan, settings)
-    job = PreparedJob(plan, settings, sessions, connected=connect)
+    kind = launcher_kind(plan.launcher)
+    job = PreparedJob(plan, settings, kind.preflight(plan, settings) if connect else None,
+                      connected=connect)
     environ = os.environ if environ is None else environ
     try:
-        if plan.launcher == "slurm":
-            from gcurun.launch.slurm.prepare import prepare_slurm
-
-            job.plan, job.warnings = prepare_slurm(plan, settings, environ, connect=connect)
-        else:
-            job.plan, job.warnings = bind(plan, settings, sessions, environ)
+        job.plan, job.warnings = kind.bind(job, environ)
     except BaseException:
         job.close()
         raise
     return job
-
-
-def bind(plan: LaunchPlan, settings: Settings, sessions: Mapping[str, HostSession],
-         environ: Mapping[str, str]) -> tuple[LaunchPlan, tuple[str, ...]]:
-    """The plan with the CPU and memory binding of this host's ranks and of the ranks of
-    ``sessions``' hosts, and the warnings. Under mpirun, mpirun binds; the ranks it places
-    on this host are still checked against its cores, so too many fail the same way."""
-    if settings.bind_to == "none":
-        return plan, ()
-    from gcurun.hosts.topology import probe_topology
-    from gcurun.launch.planning.binding import LocalRank, bind_plan, plan_bindings
-
-    here = probe_topology()
-    if plan.launcher == "mpi":
-        warnings: tuple[str, ...] = ()
-        for host in dict.fromkeys(r.host for r in plan.ranks if r.is_local):
-            ranks = [LocalRank(r.rank, r.local_rank) for r in plan.ranks_on(host)]
-            warnings += plan_bindings(here, ranks, settings.bind_to, settings.map_by,
-                                      oversubscribe=settings.oversubscribe,
-                                      host=host).warnings
-        return plan, warnings
-    topologies = {r.host: here for r in plan.ranks if r.is_local}
-    plan, warnings = bind_plan(plan, topologies, settings.bind_to, settings.map_by,
-                               oversubscribe=settings.oversubscribe,
-                               user_env={**environ, **settings.env}, hosts=tuple(topologies))
-    if sessions:
-        from gcurun.launch.ssh.remote_topology import bind_remote_ranks
-
-        plan, remote = bind_remote_ranks(plan, settings, sessions)
-        warnings += remote
-    return plan, warnings
 
 
 def free_port() -> int:

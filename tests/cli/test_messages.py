@@ -3,15 +3,19 @@ program, a rank that left an mpirun job early, mpirun's noise, the rendezvous' w
 
 from __future__ import annotations
 
+import io
+import queue
 import shutil
 import sys
 
 import pytest
 
 from gcurun.hosts.api import HostSpec
+from gcurun.launch.api import Event, LauncherNoticeEvent
 from gcurun.launch.mpi.command import MPIFlavour
 from gcurun.launch.mpi.rank_group import MpiRankGroup, MpirunCommand, parse_mpirun_failure
 from gcurun.launch.planning.plan import build_plan
+from gcurun.launch.supervision.output import OutputSink
 from tests.helpers import run_gcurun
 
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
@@ -73,14 +77,23 @@ def test_under_mpi_the_rank_that_left_early_is_the_root_cause_in_a_few_lines(tmp
 
 def test_mpiruns_words_about_a_stop_gcurun_asked_for_are_not_shown(tmp_path):
     plan = build_plan([HostSpec("localhost", 2)], ["true"], launcher="mpi")
-    shown: list[str] = []
-    group = MpiRankGroup(plan, MpirunCommand(("mpirun",)), MPIFlavour("openmpi", "5.0.1"),
-                         notice=shown.append)
-    group._launcher_line("prterun: a message before any stop\n")
-    group._launcher_line("Abort is in progress...hit ctrl-c again to forcibly terminate\n")
+    events: queue.Queue[Event] = queue.Queue()
+    group = MpiRankGroup(plan, MpirunCommand(("mpirun",)), MPIFlavour("openmpi", "5.0.1"))
+    group._launcher_line("prterun: a message before any stop\n", events)
+    group._launcher_line("Abort is in progress...hit ctrl-c again to forcibly terminate\n",
+                         events)
     group.terminate(1.0)   # nothing started: only marks the group as stopping
-    group._launcher_line("prterun noticed that process rank 0 exited on signal 15.\n")
-    assert shown == ["prterun: a message before any stop\n"]
+    group._launcher_line("prterun noticed that process rank 0 exited on signal 15.\n", events)
+    assert list(events.queue) == [
+        LauncherNoticeEvent("mpirun", "prterun: a message before any stop\n")]
+
+
+def test_a_launcher_programs_own_line_reaches_the_consoles_stderr_with_its_name():
+    out, err = io.StringIO(), io.StringIO()
+    sink = OutputSink(out, err)
+    sink.notice(LauncherNoticeEvent("srun", "srun: job 5 queued\n"))
+    sink.finish_all()
+    assert (out.getvalue(), err.getvalue()) == ("", "[srun] srun: job 5 queued\n")
 
 
 def test_rendezvous_warnings_carry_the_prefix_and_one_form_of_address(tmp_path):

@@ -245,7 +245,7 @@ class ElasticRunner:
         plan = worker_plan(self.command, self.settings, (host,), assignments,
                            liveness=self.liveness)
         job = prepare_plan(plan, worker_settings(self.settings, (host,)))
-        local = plan.launcher == "local"
+        local = job.kind.this_host_only
         here = "127.0.0.1" if local else ANY_ADDRESS
         secrets = {RENDEZVOUS_VARIABLE: f"{here}:{self._port}",
                    SECRET_VARIABLE: self._secret.hex(),

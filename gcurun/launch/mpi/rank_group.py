@@ -2,7 +2,9 @@
 
 mpirun tags each line of rank output with the rank, so the output is split back into
 per-rank events and the supervisor prefixes, filters and logs it as in the other modes.
-mpirun's own messages (untagged) go to ``notice``. mpirun reports only one exit status;
+mpirun's own messages (untagged) go to the supervisor as notices
+(:class:`~gcurun.launch.guarded_group.GuardedLauncherGroup`, the lifecycle it shares with
+srun). mpirun reports only one exit status;
 when it fails, its message names the first failing rank and how it ended
 (:func:`parse_mpirun_failure`); that rank becomes the root cause and every other rank is
 reported as stopped by SIGTERM, which is what mpirun does to them.
@@ -11,29 +13,24 @@ reported as stopped by SIGTERM, which is what mpirun does to them.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-import queue
 import re
-import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from gcurun.config.api import Settings
-from gcurun.errors import LaunchError
-from gcurun.launch.api import Event, ExitEvent, LaunchPlan, OutputEvent, Stream
+from gcurun.launch.api import ExitEvent, LaunchPlan, Stream
+from gcurun.launch.guarded_group import GuardedLauncherGroup
 from gcurun.launch.mpi.command import MPIFlavour, MpirunCommand, build_mpirun_command
-from gcurun.launch.supervision.stopping import stop_processes
 
 if TYPE_CHECKING:
-    from gcurun.launch.prepare import PreparedJob
+    from gcurun.launch.kinds import PreparedJob
 
 _OMPI_TAG = re.compile(rb"^\[[^\]]*?,(\d+)\]<(stdout|stderr|stddiag)>:")
 _HYDRA_TAG = re.compile(rb"^\[(\d+)\] ")
@@ -55,8 +52,6 @@ _STOP_NOISE = re.compile(r"hit ctrl-c again|Abort is in progress|abort is alread
 # After gcurun has asked the guard to stop, this long is left to it (and mpirun) before
 # everything left in the job's session is killed.
 GUARD_SLACK = 5.0
-# Output lines of mpirun itself kept for the failure report.
-_NOTICE_LINES = 40
 
 
 @dataclass(frozen=True)
@@ -108,131 +103,65 @@ def parse_mpirun_failure(text: str) -> MpirunFailure | None:
     return min(found, key=lambda item: item[0])[1] if found else None
 
 
-def default_notice(line: str) -> None:
-    sys.stderr.write(f"[mpirun] {line}")
-    sys.stderr.flush()
-
-
-class MpiRankGroup:
+class MpiRankGroup(GuardedLauncherGroup):
     """Every rank of a plan, started by one mpirun."""
+
+    label = "mpirun"
 
     def __init__(self, plan: LaunchPlan, command: MpirunCommand, flavour: MPIFlavour, *,
                  base_env: Mapping[str, str] | None = None,
-                 notice: Callable[[str], None] = default_notice,
                  cleanup_dir: str | None = None, grace_seconds: float = 10.0) -> None:
-        self._ranks = [r.rank for r in plan.ranks]
+        # mpirun exports the forwarded names (-x NAME) with the values it has itself.
+        env = {**(os.environ if base_env is None else base_env), **plan.launcher_env,
+               **(command.env or {})}
+        super().__init__([r.rank for r in plan.ranks], command.argv, env,
+                         workdir=plan.workdir, grace_seconds=grace_seconds)
         self._hosts = {r.rank: r.host for r in plan.ranks}
         self._command = command
         self._flavour = flavour
-        self._workdir = plan.workdir
-        # mpirun exports the forwarded names (-x NAME) with the values it has itself.
-        self._env = {**(os.environ if base_env is None else base_env), **plan.launcher_env,
-                     **(command.env or {})}
-        self._notice = notice
         self._cleanup_dir = cleanup_dir
-        self._grace = grace_seconds
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._messages: list[str] = []
-        self._lock = threading.Lock()
-        self._stopping = False
 
-    def start(self, events: queue.Queue[Event]) -> None:
-        """Write the hostfile and start mpirun. Raises LaunchError when it cannot run."""
+    def _before_start(self) -> None:
         if self._command.hostfile is not None and self._command.hostfile_path:
             with open(self._command.hostfile_path, "w", encoding="utf-8") as fh:
                 fh.write(self._command.hostfile)
-        argv = list(self._command.argv)
-        if shutil.which(argv[0], path=self._env.get("PATH")) is None:
-            self._remove_files()
-            raise LaunchError(f"cannot run '{argv[0]}': not found on PATH; install MPI or "
-                              "give mpirun's path with --mpirun")
-        logging.getLogger("gcurun.launch.mpi").info("running %s", shlex.join(argv))
-        try:
-            proc = subprocess.Popen(guarded(argv, self._grace), env=self._env,
-                                    cwd=self._workdir, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True)
-        except OSError as exc:
-            self._remove_files()
-            raise LaunchError(f"cannot run '{argv[0]}': {exc.strerror or exc}; install MPI "
-                              "or give mpirun's path with --mpirun") from exc
-        with self._lock:
-            self._proc = proc
-        readers = [threading.Thread(target=self._pump, args=(pipe, name, events),
-                                    daemon=True, name=f"mpirun-{name}")
-                   for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
-        for t in readers:
-            t.start()
-        threading.Thread(target=self._wait, args=(proc, readers, events), daemon=True,
-                         name="mpirun-wait").start()
 
-    def terminate(self, grace_seconds: float) -> None:
+    def _after_end(self) -> None:
+        if self._cleanup_dir:
+            shutil.rmtree(self._cleanup_dir, ignore_errors=True)
+
+    def _install_hint(self) -> str:
+        return "install MPI or give mpirun's path with --mpirun"
+
+    def _cannot_run(self, program: str, exc: OSError) -> str:
+        return (f"cannot run '{program}': {exc.strerror or exc}; install MPI or give "
+                "mpirun's path with --mpirun")
+
+    def _split_line(self, line: bytes, stream: Stream) -> tuple[int | None, Stream, bytes]:
+        return parse_tagged_line(line, self._flavour, stream)
+
+    def _stop(self, proc: subprocess.Popen[bytes], grace_seconds: float) -> None:
         """SIGTERM to the guard mpirun runs under, which passes it to mpirun once (mpirun
         stops every rank on every host) and then stops every process group left in the
         job's session; whatever is left when the guard is done or after the grace and
-        some slack (at once for a grace of 0) gets SIGTERM and SIGKILL here. mpirun
+        some slack (at once for a grace of 0) is swept by :meth:`terminate`. mpirun
         signals only the ranks themselves, so the sweep is what stops a rank's own
         children, even after mpirun has exited. (If gcurun itself dies, the guard does
         the same.) mpirun is never signalled twice, which it answers with noise."""
-        with self._lock:
-            proc, self._stopping = self._proc, True
-        if proc is None:
-            return
-        if proc.poll() is None and grace_seconds > 0:
+        if grace_seconds > 0:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(2 * grace_seconds + GUARD_SLACK)
-        groups = session_groups(proc.pid)
-        if proc.poll() is None:
-            groups.add(proc.pid)
-        if groups:
-            stop_processes(sorted(groups), grace_seconds if proc.poll() is not None else 0)
 
-    def pids(self) -> dict[int, int]:
-        """Every rank maps to the pid of the guard that runs mpirun: the one process
-        gcurun owns (it leads the job's session)."""
-        with self._lock:
-            return {r: self._proc.pid for r in self._ranks} if self._proc else {}
+    def _sweep_grace(self, proc: subprocess.Popen[bytes], grace_seconds: float) -> float:
+        return grace_seconds if proc.poll() is not None else 0
 
-    def _pump(self, pipe: IO[bytes], stream: Stream, events: queue.Queue[Event]) -> None:
-        try:
-            for line in iter(pipe.readline, b""):
-                rank, tagged, text = parse_tagged_line(line, self._flavour, stream)
-                if rank is not None and rank in self._ranks:
-                    events.put(OutputEvent(rank, tagged, text))
-                else:
-                    self._launcher_line(line.decode("utf-8", "replace"))
-        except (OSError, ValueError):
-            pass
-        finally:
-            pipe.close()
+    def _is_news(self, text: str, stopping: bool) -> bool:
+        """What mpirun says once gcurun is stopping the job is about that stop."""
+        return not stopping and not _STOP_NOISE.search(text)
 
-    def _launcher_line(self, text: str) -> None:
-        """One line of mpirun's own: kept for the failure report, and shown unless gcurun
-        is stopping the job (what mpirun then says is about that stop)."""
-        with self._lock:
-            self._messages.append(text)
-            del self._messages[:-_NOTICE_LINES * 4]
-            quiet = self._stopping
-        if not quiet and not _STOP_NOISE.search(text):
-            self._notice(text if text.endswith("\n") else text + "\n")
-
-    def _wait(self, proc: subprocess.Popen[bytes], readers: list[threading.Thread],
-              events: queue.Queue[Event]) -> None:
-        code = proc.wait()
-        for t in readers:
-            t.join()
-        self._remove_files()
-        for rank in self._ranks:
-            for stream in ("stdout", "stderr"):
-                events.put(OutputEvent(rank, stream, b""))   # type: ignore[arg-type]
-        for event in self._exit_events(code):
-            events.put(event)
-
-    def _exit_events(self, code: int) -> list[ExitEvent]:
-        with self._lock:
-            text = "".join(self._messages)
+    def _exit_events(self, code: int, text: str) -> list[ExitEvent]:
         lost = _LOST_DAEMON.search(text)
         if lost is not None:
             return self._lost_host(lost.group(1), code)
@@ -275,26 +204,6 @@ class MpiRankGroup:
             ExitEvent(r, exit_code=None, signal=int(signal.SIGTERM),
                       error_text=f"stopped by mpirun after it lost {node}")
             for r in self._ranks if r != first]
-
-    def _remove_files(self) -> None:
-        if self._cleanup_dir:
-            shutil.rmtree(self._cleanup_dir, ignore_errors=True)
-
-
-def guarded(argv: list[str], grace_seconds: float) -> list[str]:
-    """``argv`` run under :mod:`gcurun.launch.remote.mpi_guard` (by file path, this interpreter)."""
-    from gcurun.launch.remote import mpi_guard
-
-    return [sys.executable, os.path.abspath(mpi_guard.__file__), str(grace_seconds), "--",
-            *argv]
-
-
-def session_groups(sid: int) -> set[int]:
-    """The process groups of the live processes in session ``sid`` (found as the guard
-    finds them)."""
-    from gcurun.launch.remote.mpi_guard import session_processes
-
-    return {group for _, group in session_processes(sid)}
 
 
 def local_interfaces() -> dict[str, tuple[str, ...]]:

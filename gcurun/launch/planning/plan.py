@@ -177,8 +177,8 @@ def build_plan(
     in that order, so index LOCAL_RANK is the rank's own device (as every Horovod recipe
     assumes); with ``device_isolation`` it lists the rank's device alone (index 0).
 
-    Raises PlanError for an empty command or host list, ranks that do not fit, or the
-    local launcher given a host that is not this one.
+    Raises PlanError for an empty command or host list, or ranks that do not fit (the
+    launcher kind checks its hosts: :meth:`gcurun.launch.kinds.LauncherKind.check_hosts`).
     """
     if not command:
         raise PlanError("no command given; put it after the options: gcurun -np 2 python train.py")
@@ -192,11 +192,6 @@ def build_plan(
     all_local = all(local)
     if launcher is None:
         launcher = "local" if all_local else "ssh"
-    elif launcher == "local" and not all_local:
-        remote = next(h.name for (h, _), here in zip(used, local, strict=True) if not here)
-        raise PlanError(f"the local launcher starts ranks on this host only, but host "
-                        f"'{remote}' is not this host; drop --launcher local (remote hosts "
-                        "are reached over SSH) or give only this host's names")
     if master_addr is None:
         first = used[0][0]
         if all_local:

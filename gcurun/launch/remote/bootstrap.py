@@ -55,7 +55,6 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from gcurun.launch.remote.guard import Guard
-from gcurun.launch.remote.mpi_guard import group_exists, signal_group
 from gcurun.launch.remote.protocol import (
     ERROR,
     EXIT,
@@ -68,6 +67,7 @@ from gcurun.launch.remote.protocol import (
     hello_line,
     pack_frame,
 )
+from gcurun.launch.remote.session_guard import group_exists, signal_group
 from gcurun.launch.remote.spawning import (
     binding_argv,
     child_setup,

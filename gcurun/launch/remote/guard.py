@@ -12,7 +12,7 @@ import os
 import signal
 import time
 
-from gcurun.launch.remote.mpi_guard import group_exists, signal_group
+from gcurun.launch.remote.session_guard import group_exists, signal_group
 
 POLL_SECONDS = 0.05
 GUARD_NAME = b"gcurun-guard"

@@ -56,9 +56,9 @@ from gcurun.launch.remote.rank_env import (
     PADDLE_ENDPOINTS_VARIABLE,
     Endpoints,
     rank_environment,
-    show_address,
 )
 from gcurun.launch.remote.rank_guard import start_rank_guard
+from gcurun.rendezvous.wire import show_address
 
 EXIT_USAGE = 2
 # srun's --job-name names gcurun's step, and its tasks see that as SLURM_JOB_NAME; the
@@ -331,7 +331,7 @@ def launcher_addresses(env: Mapping[str, str]) -> dict[str, str]:
             raise ShimError(f"{name}={value!r} asks for the launcher's address, which srun "
                             "gives as SLURM_LAUNCH_NODE_IPADDR, but that is not set; start "
                             "the ranks with gcurun --slurm")
-        out[name] = show_address(address, int(value[len(ANY_ADDRESS) + 1:]))
+        out[name] = show_address((address, int(value[len(ANY_ADDRESS) + 1:])))
     return out
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gcurun.rendezvous.wire import show_address
+
 # (GCURUN name, Horovod twin) for each per-rank fact.
 RANK_FACTS = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "HOSTNAME")
 GCURUN_PREFIX = "GCURUN_"
@@ -48,11 +50,6 @@ PER_RANK_VARIABLES = frozenset(
     + sorted({f"FLAGS_selected_{kind}s" for kind, _ in PADDLE_DEVICES.values()}))
 
 
-def show_address(host: str, port: int) -> str:
-    """``host:port``, an IPv6 literal in brackets: ``[fe80::1]:29500``."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def endpoint_port(port: int, local_rank: int) -> int:
     """The port of a rank's own Paddle endpoint: the ports after the job's ``port``, one
     per local rank (below it where that would pass 65535)."""
@@ -63,7 +60,7 @@ def endpoint_port(port: int, local_rank: int) -> int:
 def paddle_endpoints(hosts: Sequence[str], counts: Sequence[int], port: int) -> list[str]:
     """Every rank's Paddle endpoint in rank order, for ``counts[i]`` ranks on ``hosts[i]``
     (ranks placed host by host)."""
-    return [show_address(host, endpoint_port(port, local))
+    return [show_address((host, endpoint_port(port, local)))
             for host, count in zip(hosts, counts, strict=True) for local in range(count)]
 
 
@@ -162,7 +159,7 @@ def rank_environment(
     env.update(framework_environment(
         rank=rank, size=size, local_rank=local_rank, local_size=local_size,
         node_count=cross_size if node_count is None else node_count,
-        master=show_address(master_addr, master_port),
+        master=show_address((master_addr, master_port)),
         device_var=device_var if device is not None else None, endpoints=endpoints,
         device_index=index))
     return env

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gcurun.launch.remote.horovod_alias import alias_environment
-from gcurun.launch.remote.mpi_guard import death_signal_setter
+from gcurun.launch.remote.session_guard import death_signal_setter
 
 
 def merged_environment(base: Mapping[str, str], rank_env: Mapping[str, str],

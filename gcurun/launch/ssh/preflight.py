@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gcurun import __version__
 from gcurun.config.api import Settings
@@ -27,6 +27,9 @@ from gcurun.launch.ssh.api import Connection, Deadline, HostFailure
 from gcurun.launch.ssh.connect import connect
 from gcurun.launch.ssh.hostkeys import KnownHostEntry, read_known_hosts
 from gcurun.launch.ssh.sshconfig import SSHTarget, resolve_targets
+
+if TYPE_CHECKING:
+    from gcurun.launch.kinds import PreparedJob
 
 log = logging.getLogger("gcurun.ssh")
 
@@ -136,6 +139,26 @@ def preflight(
 def remote_hosts(plan: LaunchPlan) -> list[str]:
     """The hosts of ``plan`` that run ranks over SSH, in plan order."""
     return list(dict.fromkeys(r.host for r in plan.ranks if not r.is_local))
+
+
+@dataclass
+class HostSessions:
+    """The sessions an SSH preflight left waiting, by host: what the SSH kind keeps on a
+    prepared job until its rank groups take them over."""
+
+    sessions: dict[str, HostSession] = field(default_factory=dict)
+
+    def close(self) -> None:
+        """Close every session (its bootstrap exits, having run nothing). Idempotent."""
+        sessions, self.sessions = self.sessions, {}
+        for session in sessions.values():
+            session.close()
+
+
+def host_sessions(job: PreparedJob) -> dict[str, HostSession]:
+    """The waiting session of each host the job's preflight checked (none offline)."""
+    found = job.connections
+    return found.sessions if isinstance(found, HostSessions) else {}
 
 
 def preflight_plan(plan: LaunchPlan, settings: Settings) -> dict[str, HostSession]:

@@ -20,11 +20,11 @@ from gcurun.errors import LaunchError
 from gcurun.launch.api import RankGroup, RankSpec
 from gcurun.launch.bootstrap_group import BootstrapGroup
 from gcurun.launch.remote.rank_env import ANY_ADDRESS
-from gcurun.launch.ssh.preflight import HostSession, drain_stderr, remote_hosts
+from gcurun.launch.ssh.preflight import HostSession, drain_stderr, host_sessions, remote_hosts
 from gcurun.rendezvous.wire import set_liveness, show_address
 
 if TYPE_CHECKING:
-    from gcurun.launch.prepare import PreparedJob
+    from gcurun.launch.kinds import PreparedJob
 
 STDERR_TAIL_BYTES = 4096
 EXIT_STATUS_WAIT = 2.0
@@ -104,8 +104,9 @@ def ssh_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[RankGroup]:
     by_host: dict[str, list[RankSpec]] = {}
     for r in plan.ranks:                     # one pass, for plans of thousands of hosts
         by_host.setdefault(r.host, []).append(r)
+    sessions = host_sessions(job)
     for name in remote_hosts(plan):
-        session = job.sessions.get(name)
+        session = sessions.get(name)
         if session is None:
             raise LaunchError(f"host {name!r} has not passed the SSH preflight; prepare the "
                               "job with its hosts checked (connect=True) before running it")

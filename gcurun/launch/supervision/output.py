@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from gcurun.launch.api import OutputEvent, Stream
+from gcurun.launch.api import LauncherNoticeEvent, OutputEvent, Stream
 from gcurun.launch.supervision.console import Console, console_key
 
 # Colours for rank prefixes on a terminal, cycled by rank.
@@ -207,6 +207,10 @@ class OutputSink:
     def warn(self, message: str) -> None:
         """A warning of gcurun's own, on the console's stderr (never blocking)."""
         self._consoles["stderr"].force(f"gcurun: warning: {message}\n")
+
+    def notice(self, event: LauncherNoticeEvent) -> None:
+        """A launcher program's own line (``[mpirun] text``), on the console's stderr."""
+        self._consoles["stderr"].force(f"[{event.source}] {event.text}")
 
     def write(self, event: OutputEvent) -> None:
         key = (event.rank, event.stream)

@@ -1,7 +1,7 @@
 """Stopping process groups: SIGTERM, a deadline on a monotonic clock, SIGKILL, reaping.
 
 Shared by every executor that owns local processes (local ranks, mpirun). Signalling a
-group is :func:`gcurun.launch.remote.mpi_guard.signal_group`, shared with the remote
+group is :func:`gcurun.launch.remote.session_guard.signal_group`, shared with the remote
 programs.
 """
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from gcurun.launch.remote.mpi_guard import group_exists, signal_group
+from gcurun.launch.remote.session_guard import group_exists, signal_group
 
 if TYPE_CHECKING:
     import psutil

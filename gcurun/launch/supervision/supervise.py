@@ -17,7 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gcurun.errors import JobInterrupted, RankFailure, RanksFailedError
-from gcurun.launch.api import Event, ExecutorErrorEvent, ExitEvent, OutputEvent, RankGroup
+from gcurun.launch.api import (
+    Event,
+    ExecutorErrorEvent,
+    ExitEvent,
+    LauncherNoticeEvent,
+    OutputEvent,
+    RankGroup,
+)
 from gcurun.launch.supervision.output import (
     CONSOLE_PATIENCE,
     CONSOLE_PATIENCE_INTERRUPTED,
@@ -235,6 +242,9 @@ def _apply(state: JobState, event: Event | InterruptEvent, sink: OutputSink) -> 
     if isinstance(event, OutputEvent):
         sink.write(event)
         return False
+    if isinstance(event, LauncherNoticeEvent):
+        sink.notice(event)
+        return False
     if isinstance(event, ExitEvent):
         return state.on_exit(event, sink.tail(event.rank))
     if isinstance(event, ExecutorErrorEvent):
@@ -251,3 +261,5 @@ def _drain_output(events: queue.Queue[Event | InterruptEvent], sink: OutputSink)
             return
         if isinstance(event, OutputEvent):
             sink.write(event)
+        elif isinstance(event, LauncherNoticeEvent):
+            sink.notice(event)

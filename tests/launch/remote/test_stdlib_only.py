@@ -1,5 +1,5 @@
 """The remote programs import only what their hosts are sure to have: the ones run by file
-path (bind_exec, mpi_guard) nothing but the standard library, the others nothing beyond
+path (bind_exec, session_guard) nothing but the standard library, the others nothing beyond
 it and gcurun's own stdlib-only modules (run_function may load cloudpickle for the
 function it runs)."""
 
@@ -14,7 +14,7 @@ import pytest
 import gcurun.launch.remote as remote
 
 HERE = Path(remote.__file__).parent
-BY_PATH = ("bind_exec", "mpi_guard")
+BY_PATH = ("bind_exec", "session_guard")
 STDLIB_ONLY_GCURUN = ("gcurun", "gcurun.errors", "gcurun.hosts.slurm", "gcurun.launch",
                       "gcurun.launch.remote", "gcurun.rendezvous", "gcurun.rendezvous.wire")
 EXTRA = {"run_function": {"cloudpickle"}}

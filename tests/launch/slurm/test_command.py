@@ -21,7 +21,7 @@ from gcurun.launch.slurm.command import (
     parse_srun_failure,
 )
 from gcurun.launch.slurm.prepare import check_allocation, probe_argv, uses_pmix
-from gcurun.launch.slurm.rank_group import exit_events, plan_bindings
+from gcurun.launch.slurm.rank_group import encoded_bindings, exit_events
 
 HOSTS = (HostSpec("h1", slots=2), HostSpec("h2", slots=2))
 SALLOC = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "h[1-3]",
@@ -112,12 +112,12 @@ def test_bindings_travel_per_rank_to_the_shim():
         bound.ranks, (Binding((0, 1), 0, True), None, Binding((4, 5, 6, 8), 1, False)),
         strict=True))
     bound = bound.__class__(**{**bound.__dict__, "ranks": ranks})
-    text = plan_bindings(bound)
+    text = encoded_bindings(bound)
     assert text == "0-1/0/m;;4-6,8/1"
     env = {"GCURUN_BINDINGS": text}
     assert [rank_binding(env, r) for r in range(3)] == [
         RankBinding((0, 1), 0, True), None, RankBinding((4, 5, 6, 8), 1, False)]
-    assert plan_bindings(plan()) is None
+    assert encoded_bindings(plan()) is None
 
 
 @pytest.mark.parametrize(("line", "task", "text"), [

@@ -1,4 +1,10 @@
-"""Keeps an mpirun job from outliving gcurun: ``python mpi_guard.py GRACE -- mpirun ...``.
+"""The home of process-group signalling, and the guard that keeps a launcher program
+(mpirun, srun) from outliving gcurun: ``python session_guard.py GRACE -- mpirun ...``.
+
+Nothing here is MPI's own: every launcher uses the process-group helpers (the bootstrap,
+its guard, the local and SSH groups, the supervisor's stopping), and the guard runs
+srun as it runs mpirun (mpirun is named below as the example). It stays one module
+because it runs by file path and so cannot import a sibling.
 
 gcurun starts this guard as the leader of a new session and the guard starts mpirun in
 it, so every local process of the job (mpirun, its daemons, the ranks and whatever they
@@ -195,7 +201,7 @@ def run(grace: float, argv: list[str]) -> int:
 
 def main(args: list[str]) -> None:
     if len(args) < 3 or args[1] != "--":
-        sys.stderr.write("usage: mpi_guard.py GRACE_SECONDS -- MPIRUN [ARG...]\n")
+        sys.stderr.write("usage: session_guard.py GRACE_SECONDS -- PROGRAM [ARG...]\n")
         sys.exit(2)
     code = run(float(args[0]), args[2:])
     if code < 0:

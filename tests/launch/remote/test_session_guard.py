@@ -7,10 +7,10 @@ import signal
 import subprocess
 import sys
 
-from gcurun.launch.remote import mpi_guard
+from gcurun.launch.remote import session_guard
 from tests.helpers import survivors, wait_for
 
-GUARD = mpi_guard.__file__
+GUARD = session_guard.__file__
 
 # A stand-in for mpirun: starts a "rank" in its own process group that ignores SIGTERM
 # and has a child of its own, records the pids, then waits.
