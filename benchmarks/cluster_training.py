@@ -75,6 +75,11 @@ JOB_VARIANTS = {"torch": ("gcurun-tcp", "ddp", "floor"),
                 "keras": ("gcurun-tcp", "mwms", "floor")}
 BATCH = {"mlp": 64, "resnet18-narrow": 32, "keras-mlp": 64}
 RANK_FLAG = "--rank-of"
+# Issue 31's goals (a benchmark's, never a test's): gcurun's step over its peer's.
+LINK_GOAL = 0.95            # 2 x 1 and 4 x 1: the link decides, both move the same bytes
+TWO_LEVEL_GOAL = 0.75       # 2 x 2: two levels send 2/3 of the flat ring's bytes
+TWO_LEVEL_FLOOR_GOAL = 0.7  # 2 x 2: of DDP's time over the floor
+MWMS_GOAL = 0.8             # Keras, every layout
 STOP_SECONDS = 30
 
 
@@ -185,7 +190,37 @@ def format_table(result: LayoutResult, alone: dict[str, float]) -> str:
             lines.append(f"| {name} | {variant} | {median[variant] * 1e3:.1f} | "
                          f"{min(times) * 1e3:.1f}-{max(times) * 1e3:.1f} | {ratio} | "
                          f"{over} | {eff} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", *goal_lines(result)]) + "\n"
+
+
+def goal_lines(result: LayoutResult) -> list[str]:
+    """Issue 31's goals on this layout, each met or missed, with the ratio (medians)."""
+    layout, lines = result.layout, []
+    for name, model in result.models.items():
+        median = {v: statistics.median(t) for v, t in model.times.items()}
+        peer, floor = PEER[name], median.get("floor", 0.0)
+        if peer not in median:
+            continue
+        # (variant, what, gcurun's figure over the peer's, goal)
+        goals: list[tuple[str, str, float, float]] = []
+        if peer == "mwms" and "gcurun-tcp" in median:
+            goals.append(("gcurun-tcp", "step", median["gcurun-tcp"] / median[peer],
+                          MWMS_GOAL))
+        for variant in (v for v in ("gcurun-tcp", "gcurun-mpi") if v in median):
+            if peer != "ddp" or layout.hosts < 2:
+                continue
+            if layout.per_host == 1:
+                goals.append((variant, "step", median[variant] / median[peer], LINK_GOAL))
+                continue
+            goals.append((variant, "step", median[variant] / median[peer], TWO_LEVEL_GOAL))
+            if median[peer] > floor:
+                goals.append((variant, "time over the floor",
+                              (median[variant] - floor) / (median[peer] - floor),
+                              TWO_LEVEL_FLOOR_GOAL))
+        lines += [f"# goal: {name} {variant} <= {goal} x {peer}'s {what}: {ratio:.2f} "
+                  f"({'met' if ratio <= goal else 'missed'})"
+                  for variant, what, ratio, goal in goals]
+    return lines
 
 
 def as_json(results: list[LayoutResult], alone: dict[str, float]) -> dict[str, Any]:

@@ -71,6 +71,22 @@ def test_the_table_gives_ratio_to_the_peer_time_over_the_floor_and_efficiency():
         "| keras-mlp | mwms | 40.0 | 40.0-40.0 | 1.00 | 30.0 | 0.25 |",
         "| keras-mlp | floor | 10.0 | 10.0-10.0 | 0.25 | 0.0 | 1.00 |",
     ]
+    assert [line for line in text.splitlines() if line.startswith("# goal")] == [
+        "# goal: mlp gcurun-tcp <= 0.95 x ddp's step: 0.50 (met)",
+        "# goal: mlp gcurun-mpi <= 0.95 x ddp's step: 0.50 (met)",
+        "# goal: keras-mlp gcurun-tcp <= 0.8 x mwms's step: 0.50 (met)",
+    ]
+
+
+def test_two_hosts_of_two_ranks_have_their_own_goals_met_or_missed():
+    result = LayoutResult(Layout(2, 2), cores=2, rate_bits=2_000_000_000)
+    result.models["mlp"] = ModelResult("mlp", 9_000_000, {
+        "gcurun-tcp": [0.4], "ddp": [0.5], "floor": [0.1]})
+    goals = [line for line in format_table(result, {}).splitlines()
+             if line.startswith("# goal")]
+    assert goals == ["# goal: mlp gcurun-tcp <= 0.75 x ddp's step: 0.80 (missed)",
+                     "# goal: mlp gcurun-tcp <= 0.7 x ddp's time over the floor: 0.75 "
+                     "(missed)"]
 
 
 @pytest.mark.benchmark
