@@ -7,15 +7,19 @@ ResNet-50's step time and scaling efficiency at 8 to 1,024 ranks.
 
 ``--fit`` takes the ``--json`` files of benchmarks/cluster_allreduce.py (any layouts,
 repeated runs pooled: a size's time is the median of the runs' medians), ``--engine``
-those of ``benchmarks/engine.py --hosts``.
+those of ``benchmarks/engine.py --hosts``, ``--training`` those of
+benchmarks/cluster_training.py (gcurun-tcp's training steps, predicted as the measured
+step without communication plus the gradients' fused allreduce).
 
 The model (every term a message or a byte of gcurun's own algorithms):
 
 - a call costs ``call_overhead`` (the engine's cycle) and then its algorithm;
 - a ring step moves m bytes between neighbours: in the reduce-scatter, in messages of at
-  most one ring chunk (2 MiB), each sent, received and then reduced before the next:
-  ``ceil(m / chunk) x latency + m / bandwidth + m / reduce_bandwidth``; in the allgather,
-  one message: ``latency + m / bandwidth``. A step is as slow as its slowest hop: the
+  most one ring chunk (2 MiB): ``ceil(m / chunk) x latency`` and then, between hosts,
+  where the ring streams (chunks reduced as they arrive, the next already on the wire),
+  ``max(m / bandwidth, m / reduce_bandwidth)``, inside a host, where a chunk is received
+  and then reduced, ``m / bandwidth + m / reduce_bandwidth``; in the allgather, one
+  message: ``latency + m / bandwidth``. A step is as slow as its slowest hop: the
   network's (``net_*``) when the ring crosses hosts, shared memory's (``shm_*``) inside
   one;
 - the flat ring over p ranks takes 2(p-1) steps of S/p; a single tensor of at most
