@@ -7,15 +7,19 @@ ResNet-50's step time and scaling efficiency at 8 to 1,024 ranks.
 
 ``--fit`` takes the ``--json`` files of benchmarks/cluster_allreduce.py (any layouts,
 repeated runs pooled: a size's time is the median of the runs' medians), ``--engine``
-those of ``benchmarks/engine.py --hosts``.
+those of ``benchmarks/engine.py --hosts``, ``--training`` those of
+benchmarks/cluster_training.py (gcurun-tcp's training steps, predicted as the measured
+step without communication plus the gradients' fused allreduce).
 
 The model (every term a message or a byte of gcurun's own algorithms):
 
 - a call costs ``call_overhead`` (the engine's cycle) and then its algorithm;
 - a ring step moves m bytes between neighbours: in the reduce-scatter, in messages of at
-  most one ring chunk (2 MiB), each sent, received and then reduced before the next:
-  ``ceil(m / chunk) x latency + m / bandwidth + m / reduce_bandwidth``; in the allgather,
-  one message: ``latency + m / bandwidth``. A step is as slow as its slowest hop: the
+  most one ring chunk (2 MiB): ``ceil(m / chunk) x latency`` and then, between hosts,
+  where the ring streams (chunks reduced as they arrive, the next already on the wire),
+  ``max(m / bandwidth, m / reduce_bandwidth)``, inside a host, where a chunk is received
+  and then reduced, ``m / bandwidth + m / reduce_bandwidth``; in the allgather, one
+  message: ``latency + m / bandwidth``. A step is as slow as its slowest hop: the
   network's (``net_*``) when the ring crosses hosts, shared memory's (``shm_*``) inside
   one;
 - the flat ring over p ranks takes 2(p-1) steps of S/p; a single tensor of at most
@@ -126,9 +130,18 @@ def _ring_steps(model: Model, nbytes: float, p: int, across: bool, share: int,
         latency, per_byte = model.shm_latency, slow / model.shm_bandwidth
     latency += wait
     messages = max(1, math.ceil(m / CHUNK_BYTES))
-    reduce_step = messages * latency + m * per_byte + m * slow / model.reduce_bandwidth
+    reduce_step = messages * latency + _moved_and_reduced(model, m, per_byte, slow, across)
     gather_step = latency + m * per_byte
     return (p - 1) * (reduce_step + gather_step)
+
+
+def _moved_and_reduced(model: Model, m: float, per_byte: float, slow: float,
+                       across: bool) -> float:
+    """Seconds to move ``m`` bytes over one hop and reduce them: between hosts the ring
+    streams (chunks reduced as they arrive, the next already on the wire), so the slower
+    of the two; in shared memory one after the other."""
+    moved, reduced = m * per_byte, m * slow / model.reduce_bandwidth
+    return max(moved, reduced) if across else moved + reduced
 
 
 def _slice_ticks(nbytes: float, hosts: int, local: int) -> list[tuple[float, float, float]]:
@@ -165,13 +178,16 @@ def _pipeline(model: Model, nbytes: float, layout: Layout, slow: float,
             active.append(list(waiting.pop(0)))
         inside = sum(ticks[0][0] for ticks in active)
         across = sum(ticks[0][1] for ticks in active)
-        reduced = sum(ticks[0][2] for ticks in active)
+        reduced_inside = sum(t[0][2] for t in active if t[0][0])
+        reduced_across = sum(t[0][2] for t in active if t[0][1])
         costs = [0.0]
         if inside:
             costs.append(model.shm_latency + wait + inside * slow / model.shm_bandwidth)
-        if across:
-            costs.append(model.net_latency + wait + across * local / model.net_bandwidth)
-        seconds += max(costs) + reduced * slow / model.reduce_bandwidth
+        if across:     # streamed: the reduction of what arrives goes on under the transfer
+            costs.append(model.net_latency + wait + max(
+                across * local / model.net_bandwidth,
+                reduced_across * slow / model.reduce_bandwidth))
+        seconds += max(costs) + reduced_inside * slow / model.reduce_bandwidth
         active = [ticks[1:] for ticks in active if len(ticks) > 1]
     return seconds
 
@@ -247,11 +263,13 @@ class Point:
     low: float                  # the lowest and highest run's median
     high: float
     runs: int
+    floor: float = 0.0          # training steps: the step without communication (median)
 
     @property
     def two_levels(self) -> bool:
         return self.variant.endswith("2level") or (
-            self.variant == "gcurun-tcp" and self.layout.hosts > 1 and self.layout.per_host > 1)
+            self.variant in ("gcurun-tcp", *TRAINING_VARIANTS) and self.layout.hosts > 1
+            and self.layout.per_host > 1)
 
 
 def read_allreduce(paths: Iterable[Path]) -> tuple[list[Point], float, int, int]:
@@ -278,6 +296,43 @@ def read_allreduce(paths: Iterable[Path]) -> tuple[list[Point], float, int, int]
               for (layout, variant, n), t in sorted(runs.items(), key=lambda kv: (
                   kv[0][0].hosts, kv[0][0].per_host, kv[0][1], kv[0][2]))]
     return points, statistics.median(reduce), cores.pop(), rates.pop()
+
+
+TRAINING_VARIANTS = ("train-mlp", "train-resnet18-narrow", "train-keras-mlp")
+
+
+def read_training(paths: Iterable[Path]) -> list[Point]:
+    """gcurun-tcp's training steps of benchmarks/cluster_training.py JSON files, as points
+    (nbytes: the model's float32 gradients; floor: the step without communication, both
+    the median of the runs' medians)."""
+    runs: dict[tuple[Layout, str, int], tuple[list[float], list[float]]] = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        for layout_data in data["layouts"]:
+            layout = Layout(layout_data["hosts"], layout_data["ranks_per_host"])
+            for name, model in layout_data["models"].items():
+                times = model["times"]
+                if "gcurun-tcp" not in times or "floor" not in times:
+                    continue
+                steps, floors = runs.setdefault((layout, f"train-{name}",
+                                                 4 * int(model["params"])), ([], []))
+                steps.append(statistics.median(times["gcurun-tcp"]))
+                floors.append(statistics.median(times["floor"]))
+    return [Point(layout, variant, n, statistics.median(t), min(t), max(t), len(t),
+                  floor=statistics.median(f))
+            for (layout, variant, n), (t, f) in sorted(
+                runs.items(), key=lambda kv: (kv[0][0].hosts, kv[0][0].per_host, kv[0][1]))]
+
+
+def training_step_seconds(model: Model, point: Point) -> float:
+    """A training step of gcurun-tcp: the step without communication, then the gradients'
+    allreduce (one fused call: every model here is under the fusion threshold) on the
+    path gcurun takes (two levels where a layout has several hosts of several ranks), none
+    of it taken as hidden behind the backward pass."""
+    calls = max(1, math.ceil(point.nbytes / FUSION_BYTES))
+    return point.floor + sum(
+        allreduce_seconds(model, point.nbytes / calls, point.layout, point.two_levels,
+                          single_tensor=False) for _ in range(calls))
 
 
 def read_engine(paths: Iterable[Path]) -> list[Point]:
@@ -319,7 +374,9 @@ def _features(point: Point, reduce_bandwidth: float, cores: int) -> tuple[list[f
     row[lat] = (p - 1) * (messages + 1)
     row[inv] = (p - 1) * 2 * m * (1.0 if across else slow)
     row[5] = row[lat] if p > cores else 0.0
-    return row, (p - 1) * m * slow / reduce_bandwidth
+    # Between hosts the reduction streams under the transfer: max(m / bandwidth,
+    # m / reduction) is m / bandwidth wherever the link is the slower (the fit checks).
+    return row, 0.0 if across else (p - 1) * m * slow / reduce_bandwidth
 
 
 LATENCIES = (0, 1, 3, 5)        # the columns of FITTED that small messages decide
@@ -383,6 +440,8 @@ def is_fit_point(point: Point) -> bool:
 
 
 def predict(model: Model, point: Point) -> float:
+    if point.variant.startswith("train-"):
+        return training_step_seconds(model, point)
     if point.variant.startswith("resnet50-"):
         return resnet_step_seconds(model, point.layout, point.variant[len("resnet50-"):])
     return allreduce_seconds(model, point.nbytes, point.layout, point.two_levels)
@@ -502,7 +561,7 @@ def check_table(model: Model, points: Sequence[Point]
         predicted = predict(model, point)
         error = predicted / point.seconds - 1
         role = "fit" if is_fit_point(point) else "prediction"
-        if role == "prediction":
+        if role == "prediction" and not point.variant.startswith("train-"):
             errors.append((point.nbytes, error))
         lines.append(f"| {point.layout.label} | {point.variant} | {fmt_size(point.nbytes)} "
                      f"| {point.seconds * 1e3:.2f} ({point.low * 1e3:.2f}-"
@@ -521,6 +580,37 @@ def summary_lines(errors: Sequence[tuple[int, float]]) -> list[str]:
             lines.append(f"Predictions within {ERROR_LIMIT:.0%} {what}: {within} of "
                          f"{len(chosen)} (errors {min(chosen):+.0%} to {max(chosen):+.0%}).")
     return lines
+
+
+def training_lines(model: Model, points: Sequence[Point]) -> list[str]:
+    """Training steps measured beside predicted, and how many within ERROR_LIMIT."""
+    chosen = [p for p in points if p.variant.startswith("train-")]
+    if not chosen:
+        return []
+    lines = ["| layout | model | gradients | floor ms | measured ms (runs' range) | model ms "
+             "| error |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    errors = []
+    for point in chosen:
+        predicted = predict(model, point)
+        errors.append(predicted / point.seconds - 1)
+        lines.append(f"| {point.layout.label} | {point.variant[len('train-'):]} | "
+                     f"{point.nbytes / 1e6:.1f} MB | {point.floor * 1e3:.1f} | "
+                     f"{point.seconds * 1e3:.1f} ({point.low * 1e3:.1f}-"
+                     f"{point.high * 1e3:.1f}) | {predicted * 1e3:.1f} | {errors[-1]:+.0%} |")
+    within = sum(abs(e) <= ERROR_LIMIT for e in errors)
+    return [*lines, "", f"Training steps within {ERROR_LIMIT:.0%}: {within} of {len(errors)} "
+            f"(errors {min(errors):+.0%} to {max(errors):+.0%})."]
+
+
+def streaming_line(model: Model) -> str:
+    """Whether the fit's assumption holds: on the testbed's network hops the link, not
+    the reduction, is the slower (so max(m / bandwidth, m / reduction) is the link's)."""
+    slowest = model.reduce_bandwidth / max(1.0, 4 / model.cores)
+    holds = model.net_bandwidth <= slowest
+    return (f"Network hops: the link ({model.net_bandwidth / 1e9:.3f} GB/s) is "
+            f"{'slower' if holds else 'FASTER'} than the reduction ({slowest / 1e9:.2f} GB/s "
+            f"at its most contended): the streamed ring term is the link's"
+            f"{'' if holds else ' NOT everywhere: the fit assumed it was'}.")
 
 
 def extrapolation_table(model: Model, link_bits: int, assume: Assumptions) -> list[str]:
@@ -631,6 +721,8 @@ def main(argv: Sequence[str]) -> int:
                         help="JSON files of benchmarks/cluster_allreduce.py --json")
     parser.add_argument("--engine", type=Path, nargs="*", default=[],
                         help="JSON files of benchmarks/engine.py --hosts --json")
+    parser.add_argument("--training", type=Path, nargs="*", default=[],
+                        help="JSON files of benchmarks/cluster_training.py --json")
     parser.add_argument("--compute-ms", type=float, default=COMPUTE_MS,
                         help=f"ResNet-50's compute per step (default {COMPUTE_MS:.1f}: 256 "
                              "images at 2,470 images/s, NVIDIA's A100 mixed-precision figure)")
@@ -660,7 +752,7 @@ def main(argv: Sequence[str]) -> int:
     if args.reduce_gbytes is not None:
         reduce = args.reduce_gbytes * 1e9
     model = fit([p for p in points if is_fit_point(p)], reduce, cores)
-    points += read_engine(args.engine)
+    points += read_engine(args.engine) + read_training(args.training)
     assume = AS_FITTED if args.as_fitted else Assumptions(
         args.compute_ms, args.overlap, args.net_latency_us, args.shm_latency_us,
         args.shm_gbytes, args.call_overhead_us)
@@ -670,7 +762,9 @@ def main(argv: Sequence[str]) -> int:
     summary = summary_lines(errors)
     out = ["## Fitted parameters", "", *parameter_table(model, link_bits), "",
            "## The model beside the measurements", "", *checks, "",
-           *summary, "",
+           *summary, "", streaming_line(model), "",
+           *(["## Training steps across hosts (benchmarks/cluster_training.py, predicted)",
+              "", *training_lines(model, points), ""] if args.training else []),
            "## Extrapolation: ResNet-50 (assumptions in docs/scaling.md)", "",
            assumption_line(model, link_bits, assume), "",
            *extrapolation_table(model, link_bits, assume), "",

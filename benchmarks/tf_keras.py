@@ -67,6 +67,14 @@ def _cluster(runtime: Any) -> dict[str, Any]:
                                                      "index": runtime.rank()}}
 
 
+def build_mlp(keras: Any, hidden: int) -> Any:
+    """The benchmark's Keras MLP: 784 inputs, two ReLU layers of ``hidden``, 10 logits."""
+    return keras.Sequential([keras.Input((784,)),
+                             keras.layers.Dense(hidden, activation="relu"),
+                             keras.layers.Dense(hidden, activation="relu"),
+                             keras.layers.Dense(10)])
+
+
 def run_rank(args: argparse.Namespace) -> None:
     import gcurun.runtime as runtime
 
@@ -89,10 +97,7 @@ def run_rank(args: argparse.Namespace) -> None:
     y = rng.integers(0, 10, args.batch_size)
 
     def build() -> Any:
-        return keras.Sequential([keras.Input((784,)),
-                                 keras.layers.Dense(args.hidden, activation="relu"),
-                                 keras.layers.Dense(args.hidden, activation="relu"),
-                                 keras.layers.Dense(10)])
+        return build_mlp(keras, args.hidden)
 
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -19,6 +20,7 @@ from benchmarks.scale_model import (
     is_fit_point,
     latency_for_target,
     main,
+    predict,
     resnet50_sizes,
     scaled_model,
     step,
@@ -37,10 +39,32 @@ def test_resnet50_has_161_gradients_of_its_known_total():
 
 def test_a_ring_of_two_hosts_moves_the_buffer_once_each_way():
     """2 ranks, 2 hosts, 64 MiB: 16 chunk messages and a gather message, 64 MiB each
-    way at the network's bandwidth, 32 MiB reduced, one call."""
+    way at the network's bandwidth, one call; the 32 MiB reduced stream under the
+    transfer (the link is the slower)."""
     got = allreduce_seconds(MODEL, 64 * MIB, Layout(2, 1))
-    want = 100e-6 + 17 * 50e-6 + 64 * MIB / 0.22e9 + 32 * MIB / 10e9
+    want = 100e-6 + 17 * 50e-6 + 64 * MIB / 0.22e9
     assert got == pytest.approx(want)
+
+
+def test_a_streamed_hop_costs_the_slower_of_link_and_reduction():
+    """Where the reduction is slower than the link, it sets the reduce-scatter's pace;
+    inside a host the two still add up."""
+    slow_reduce = replace(MODEL, reduce_bandwidth=0.1e9)
+    got = allreduce_seconds(slow_reduce, 64 * MIB, Layout(2, 1))
+    want = 100e-6 + 17 * 50e-6 + 32 * MIB / 0.1e9 + 32 * MIB / 0.22e9
+    assert got == pytest.approx(want)
+    one_host = allreduce_seconds(MODEL, 64 * MIB, Layout(1, 2), single_tensor=False)
+    assert one_host == pytest.approx(
+        100e-6 + 17 * 20e-6 + 64 * MIB / 4e9 + 32 * MIB / 10e9)
+
+
+def test_a_training_step_is_its_floor_and_one_fused_allreduce():
+    point = Point(Layout(2, 2), "train-mlp", 37_700_000, 0.5, 0.5, 0.5, 1, floor=0.2)
+    assert point.two_levels
+    assert predict(MODEL, point) == pytest.approx(
+        0.2 + allreduce_seconds(MODEL, 37_700_000, Layout(2, 2), two_levels=True,
+                                single_tensor=False))
+    assert not is_fit_point(point)
 
 
 def test_two_levels_carry_less_over_the_network_than_the_flat_ring():
@@ -110,3 +134,24 @@ def test_the_command_fits_checks_and_extrapolates(tmp_path, capsys):
     assert "| 1024 (128 x 8) | 200 Gbit/s |" in out
     saved = json.loads((tmp_path / "model.json").read_text())
     assert math.isclose(saved["model"]["net_bandwidth"], MODEL.net_bandwidth, rel_tol=1e-6)
+
+
+def test_the_command_predicts_the_training_steps_it_is_given(tmp_path, capsys):
+    rows = [{"nbytes": n, "variant": "gcurun-tcp", "calls": 1, "checked_turns": 1,
+             "seconds": [allreduce_seconds(MODEL, n, Layout(2, 1))] * 3}
+            for n in (64 << 10, 256 << 10, 1 * MIB, 16 * MIB)]
+    fit_file = tmp_path / "calib.json"
+    fit_file.write_text(json.dumps({"reduce_bandwidth": MODEL.reduce_bandwidth, "layouts": [
+        {"hosts": 2, "ranks_per_host": 1, "cores": 2, "link_rate_bits": 2_000_000_000,
+         "rows": rows}]}))
+    step_seconds = 0.1 + allreduce_seconds(MODEL, 4_000_000, Layout(2, 1), single_tensor=False)
+    training = tmp_path / "training.json"
+    training.write_text(json.dumps({"one_rank_seconds": {"mlp": 0.09}, "layouts": [
+        {"hosts": 2, "ranks_per_host": 1, "cores": 2, "link_rate_bits": 2_000_000_000,
+         "models": {"mlp": {"params": 1_000_000, "batch": 64, "times": {
+             "gcurun-tcp": [step_seconds] * 3, "ddp": [0.3] * 3, "floor": [0.1] * 3}}}}]}))
+    assert main(["--fit", str(fit_file), "--training", str(training)]) == 0
+    out = capsys.readouterr().out
+    assert "## Training steps across hosts" in out
+    assert f"| 2x1 | mlp | 4.0 MB | 100.0 | {step_seconds * 1e3:.1f} (" in out
+    assert "Training steps within 15%: 1 of 1 (errors +0% to +0%)." in out

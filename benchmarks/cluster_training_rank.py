@@ -1,0 +1,211 @@
+"""One rank of benchmarks/cluster_training.py: trains copies of one model, the variants
+taking turns, and rank 0 writes every round's time (the slowest rank's mean per step) to
+``--out``.
+
+    cluster_training.py --rank-of MODEL --variants gcurun-tcp,ddp,floor --steps 10
+        --warmup 2 --rounds 5 --threads 1 --out FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("--variants", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--warmup", type=int, required=True)
+    parser.add_argument("--rounds", type=int, required=True)
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    variants = args.variants.split(",")
+    if args.model == "keras-mlp":
+        keras_rank(args, variants)
+    else:
+        torch_rank(args, variants)
+    return 0
+
+
+def measure(variants: list[str], runs: dict[str, Callable[[], Any]], timed: Callable,
+            args: argparse.Namespace) -> dict[str, list[float]]:
+    """Every round, each variant's turn in the round's order: ``timed(run)`` seconds."""
+    from benchmarks.cluster_training import shuffled
+
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for round_ in range(args.rounds):
+        for name in shuffled(variants, round_):
+            times[name].append(timed(runs[name]))
+    return times
+
+
+def write(args: argparse.Namespace, params: int, backend: str, size: int,
+          times: dict[str, list[float]]) -> None:
+    args.out.write_text(json.dumps({"model": args.model, "params": params, "size": size,
+                                    "backend": backend, "times": times}) + "\n")
+
+
+def torch_rank(args: argparse.Namespace, variants: list[str]) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    import gcurun.runtime as runtime
+    import gcurun.runtime.torch as hvd
+    from benchmarks.cluster_training import BATCH
+    from benchmarks.torch_ddp import _init_gloo, _timed
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from pytorch_synthetic_benchmark import MODELS, synthetic_batch
+
+    hvd.init()
+    torch.set_num_threads(args.threads)
+    if "ddp" in variants:
+        _init_gloo(hvd, dist)
+    torch.manual_seed(0)
+    base = MODELS[args.model]()
+    data, target = synthetic_batch(args.model, BATCH[args.model], 32)
+
+    def sgd(model: torch.nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+        def run() -> None:
+            optimizer.zero_grad()
+            F.cross_entropy(model(data), target).backward()
+            optimizer.step()
+        return run
+
+    runs: dict[str, Callable[[], None]] = {}
+    for name in variants:
+        model = copy.deepcopy(base)
+        if name.startswith("gcurun"):
+            opt = hvd.DistributedOptimizer(sgd(model), named_parameters=model.named_parameters())
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            runs[name] = step(model, opt)
+        elif name == "ddp":
+            model = torch.nn.parallel.DistributedDataParallel(model)
+            runs[name] = step(model, sgd(model))
+        else:
+            runs[name] = step(model, sgd(model))
+    times = measure(variants, runs, lambda run: _timed(hvd, run, args.warmup, args.steps),
+                    args)
+    if hvd.rank() == 0:
+        write(args, sum(p.numel() for p in base.parameters()), runtime.backend(),
+              hvd.size(), times)
+    if "ddp" in variants:
+        dist.destroy_process_group()
+    hvd.shutdown()
+
+
+def mirrored_steps(strategy: Any, step: Any, batches: Any) -> Callable[[], Any]:
+    """One step of ``strategy`` on the next of ``batches``."""
+    import tensorflow as tf
+
+    @tf.function
+    def run(batch: Any) -> None:
+        strategy.run(step, args=batch)
+
+    return lambda: run(next(batches))
+
+
+def keras_rank(args: argparse.Namespace, variants: list[str]) -> None:
+    import time
+
+    import gcurun.runtime as runtime
+    from benchmarks.cluster_training import BATCH, bridge_address
+    from benchmarks.tf_keras import _free_port, build_mlp
+
+    runtime.init()
+    if "mwms" in variants:
+        # Before TensorFlow starts: every worker's bridge address and a free port.
+        host = bridge_address(os.environ["MASTER_ADDR"])
+        workers = runtime.allgather_object(f"{host}:{_free_port(host)}", name="tf_config")
+        os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
+                                              "task": {"type": "worker",
+                                                       "index": runtime.rank()}})
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy() if "mwms" in variants else None
+
+    import keras
+    import numpy as np
+
+    import gcurun.runtime.tensorflow.keras as hvd
+
+    hvd.init()
+    batch, hidden = BATCH[args.model], 1024
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, 784)).astype(np.float32)
+    y = rng.integers(0, 10, batch)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def trainer(model: Any, optimizer: Any) -> Any:
+        def step(xs: Any, ys: Any) -> None:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(ys, model(xs, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return step
+
+    keras.utils.set_random_seed(0)
+    first = build_mlp(keras, hidden)
+    weights = first.get_weights()
+    xs, ys = tf.constant(x), tf.constant(y)
+    runs: dict[str, Callable[[], Any]] = {}
+    for name in variants:
+        if name == "mwms":
+            assert strategy is not None
+            with strategy.scope():
+                mirrored = build_mlp(keras, hidden)
+                mirrored.set_weights(weights)
+                mirrored_step = trainer(mirrored, keras.optimizers.SGD(0.01, momentum=0.9))
+            options = tf.data.Options()
+            options.experimental_distribute.auto_shard_policy = \
+                tf.data.experimental.AutoShardPolicy.OFF
+            dataset = tf.data.Dataset.from_tensors(
+                (np.tile(x, (hvd.size(), 1)), np.tile(y, hvd.size()))).repeat() \
+                .with_options(options)
+
+            runs[name] = mirrored_steps(strategy, mirrored_step, iter(
+                strategy.experimental_distribute_dataset(dataset)))
+        else:
+            model = build_mlp(keras, hidden)
+            model.set_weights(weights)
+            optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+            if name.startswith("gcurun"):
+                optimizer = hvd.DistributedOptimizer(optimizer)
+            runs[name] = (lambda s: lambda: s(xs, ys))(tf.function(trainer(model, optimizer)))
+
+    def timed(run: Callable[[], Any]) -> float:
+        for _ in range(args.warmup + 1):     # one more: the first call traces
+            run()
+        runtime.barrier()
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            run()
+        mine = (time.perf_counter() - start) / args.steps
+        return float(runtime.allreduce(np.array([mine]), op=runtime.Max,
+                                       name="bench.time")[0])
+
+    times = measure(variants, runs, timed, args)
+    if hvd.rank() == 0:
+        write(args, sum(int(np.prod(w.shape)) for w in weights), runtime.backend(),
+              hvd.size(), times)
+    hvd.shutdown()

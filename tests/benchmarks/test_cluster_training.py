@@ -1,0 +1,116 @@
+"""benchmarks/cluster_training.py: its options and table without hosts, and end to end in
+small on namespace hosts (one layout, the torch MLP): a table with a row per variant, every
+variant with numbers. Timings are never asserted."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.cluster_allreduce import Layout
+from benchmarks.cluster_training import (
+    LayoutResult,
+    ModelResult,
+    format_table,
+    parse_args,
+    parse_models,
+    shuffled,
+)
+from tests.cluster.netns import unavailable_reason
+from tests.helpers import ROOT
+
+
+def test_small_picks_one_layout_the_mlp_and_few_steps_unless_told_otherwise():
+    args = parse_args(["--small", "--models", "mlp,keras-mlp"])
+    assert [layout.label for layout in args.layouts] == ["2x1"]
+    assert args.models == ["mlp", "keras-mlp"] and args.backends == ["tcp"]
+    assert (args.steps, args.rounds) == (2, 2)
+    full = parse_args([])
+    assert [layout.label for layout in full.layouts] == ["2x1", "4x1", "2x2"]
+    assert full.models == ["mlp", "resnet18-narrow", "keras-mlp"]
+    assert full.backends == ["tcp", "mpi"]
+
+
+def test_options_quote_bad_input():
+    with pytest.raises(argparse.ArgumentTypeError,
+                       match="models 'mlp,vgg': pick from mlp,resnet18-narrow,keras-mlp"):
+        parse_models("mlp,vgg")
+    with pytest.raises(SystemExit):
+        parse_args(["--rounds", "0"])
+
+
+def test_every_rank_takes_the_variants_in_the_same_order_each_round():
+    variants = ["gcurun-tcp", "ddp", "floor"]
+    orders = [shuffled(variants, r) for r in range(6)]
+    assert all(sorted(order) == sorted(variants) for order in orders)
+    assert orders == [shuffled(variants, r) for r in range(6)]
+    assert len({tuple(order) for order in orders}) > 1
+
+
+def test_the_table_gives_ratio_to_the_peer_time_over_the_floor_and_efficiency():
+    result = LayoutResult(Layout(2, 1), cores=2, rate_bits=2_000_000_000, load=(1.0, 2.0))
+    result.models["mlp"] = ModelResult("mlp", 9_000_000, {
+        "gcurun-tcp": [0.30, 0.20, 0.25], "ddp": [0.5, 0.5, 0.4], "floor": [0.1, 0.1, 0.1],
+        "gcurun-mpi": [0.25]})
+    result.models["keras-mlp"] = ModelResult("keras-mlp", 1_000_000, {
+        "gcurun-tcp": [0.02], "mwms": [0.04], "floor": [0.01]})
+    text = format_table(result, {"mlp": 0.05, "keras-mlp": 0.01})
+    assert "2 hosts x 1 rank(s) = 2 ranks, links shaped to 2 Gbit/s" in text
+    rows = [line for line in text.splitlines() if line.startswith("| mlp") or
+            line.startswith("| keras")]
+    assert rows == [
+        "| mlp | gcurun-tcp | 250.0 | 200.0-300.0 | 0.50 | 150.0 | 0.20 |",
+        "| mlp | ddp | 500.0 | 400.0-500.0 | 1.00 | 400.0 | 0.10 |",
+        "| mlp | floor | 100.0 | 100.0-100.0 | 0.20 | 0.0 | 0.50 |",
+        "| mlp | gcurun-mpi | 250.0 | 250.0-250.0 | 0.50 | 150.0 | 0.20 |",
+        "| keras-mlp | gcurun-tcp | 20.0 | 20.0-20.0 | 0.50 | 10.0 | 0.50 |",
+        "| keras-mlp | mwms | 40.0 | 40.0-40.0 | 1.00 | 30.0 | 0.25 |",
+        "| keras-mlp | floor | 10.0 | 10.0-10.0 | 0.25 | 0.0 | 1.00 |",
+    ]
+    assert [line for line in text.splitlines() if line.startswith("# goal")] == [
+        "# goal: mlp gcurun-tcp <= 0.95 x ddp's step: 0.50 (met)",
+        "# goal: mlp gcurun-mpi <= 0.95 x ddp's step: 0.50 (met)",
+        "# goal: keras-mlp gcurun-tcp <= 0.8 x mwms's step: 0.50 (met)",
+    ]
+
+
+def test_two_hosts_of_two_ranks_have_their_own_goals_met_or_missed():
+    result = LayoutResult(Layout(2, 2), cores=2, rate_bits=2_000_000_000)
+    result.models["mlp"] = ModelResult("mlp", 9_000_000, {
+        "gcurun-tcp": [0.4], "ddp": [0.5], "floor": [0.1]})
+    goals = [line for line in format_table(result, {}).splitlines()
+             if line.startswith("# goal")]
+    assert goals == ["# goal: mlp gcurun-tcp <= 0.75 x ddp's step: 0.80 (missed)",
+                     "# goal: mlp gcurun-tcp <= 0.7 x ddp's time over the floor: 0.75 "
+                     "(missed)"]
+
+
+@pytest.mark.benchmark
+@pytest.mark.integration
+@pytest.mark.cluster
+@pytest.mark.torch
+def test_cluster_training_in_small_gives_every_variant_numbers(tmp_path):
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path / "result.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/cluster_training.py", "--small", "--json", str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "cluster_training: 2x1 mlp (tcp): done" in done.stderr
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines()
+            if line.startswith("| mlp")]
+    assert [row[1].strip() for row in rows] == ["gcurun-tcp", "ddp", "floor"]
+    assert all(len(row) == 7 and float(row[2]) > 0 for row in rows)
+    result = json.loads(out.read_text())
+    (layout,) = result["layouts"]
+    assert (layout["hosts"], layout["ranks_per_host"]) == (2, 1)
+    times = layout["models"]["mlp"]["times"]
+    assert sorted(times) == ["ddp", "floor", "gcurun-tcp"]
+    assert all(len(t) == 2 and min(t) > 0 for t in times.values())
+    assert result["one_rank_seconds"]["mlp"] > 0
