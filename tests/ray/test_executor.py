@@ -1,7 +1,8 @@
 """RayExecutor on a real local Ray: ranks, collectives, the calls of Horovod's API, errors
 naming their rank, and nothing of a job left after shutdown.
 
-One local Ray (4 CPUs) serves the module; a few executors of 2 ranks run on it."""
+One local Ray (4 CPUs, tests/ray/conftest.py) serves them; a few executors of 2 ranks
+run on it."""
 
 from __future__ import annotations
 
@@ -19,15 +20,6 @@ from gcurun.ray import RayExecutor  # noqa: E402
 pytestmark = [pytest.mark.ray, pytest.mark.integration, pytest.mark.torch]
 
 EXIT_SECONDS = 30
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 class Counter:
