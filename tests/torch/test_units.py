@@ -129,7 +129,8 @@ def test_shutdown_forgets_handles_and_init_works_again(alone: None) -> None:
 
 
 def test_the_built_and_enabled_queries(alone: None) -> None:
-    assert not hvd.gloo_built() and not hvd.nccl_built() and not hvd.cuda_built()
+    assert hvd.gloo_built() and not hvd.nccl_built() and not hvd.cuda_built()
+    assert not hvd.gloo_enabled()   # a job alone runs on the local backend
     assert not hvd.mpi_enabled() and isinstance(hvd.mpi_built(), bool)
     assert hvd.is_homogeneous() and hvd.cross_size() == 1
 

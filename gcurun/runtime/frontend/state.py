@@ -210,11 +210,15 @@ def mpi_enabled() -> bool:
 
 
 def gloo_built() -> bool:
-    return False
+    """True: the tcp backend, gcurun's counterpart of Horovod's Gloo (jobs without MPI,
+    started by gcurun's own launchers, ``gcurun.run(use_gloo=True)`` or ``gcurun.ray``),
+    is always built in."""
+    return True
 
 
 def gloo_enabled() -> bool:
-    return False
+    """Whether the running job uses the tcp backend (Horovod's Gloo mode)."""
+    return _state is not None and _state.backend == "tcp"
 
 
 def nccl_built() -> bool:
