@@ -4,7 +4,7 @@
 #           slurm-wlm and munge (a Slurm on the namespace hosts), libpmix-dev (srun --mpi=pmix)
 #   python: gcurun with its dev and tensorflow extras (pytest, pytest-timeout, ruff, mypy;
 #           tensorflow-cpu, with Keras 3; tf-keras, Keras 2), torch 2.13.0 (CPU), paddlepaddle 3.3.1 (CPU) and
-#           jax 0.10.2 (their distributed modes under gcurun)
+#           jax 0.10.2 (their distributed modes under gcurun), ray 2.60.0 (gcurun.ray)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
@@ -33,7 +33,9 @@ python3 -m pip install -q torch==2.13.0
 # modes under gcurun (tests/frameworks, tests/cluster/test_slurm_launch.py); those tests
 # skip where a framework is missing, so a broken install must fail here.
 python3 -m pip install -q paddlepaddle==3.3.1 jax==0.10.2
-python3 -c "import paddle, jax"
+# Ray for gcurun.ray's tests on a local Ray (tests/ray).
+python3 -m pip install -q ray==2.60.0
+python3 -c "import paddle, jax, ray"
 ruff check .
 mypy
 python3 -m pytest -q "$@"

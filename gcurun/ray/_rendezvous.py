@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE, SECRET_VARIABLE, show_address
+from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE, SECRET_VARIABLE
 from gcurun.rendezvous.server import RendezvousServer, new_secret
+from gcurun.rendezvous.wire import show_address
 
 LOOPBACK = "127.0.0.1"
 
@@ -31,7 +32,7 @@ class JobRendezvous:
         return int(self._server.address[1])
 
     def environment(self) -> dict[str, str]:
-        return {RENDEZVOUS_VARIABLE: show_address(self.host, self.port),
+        return {RENDEZVOUS_VARIABLE: show_address((self.host, self.port)),
                 SECRET_VARIABLE: self._secret.hex()}
 
     def close(self) -> None:
