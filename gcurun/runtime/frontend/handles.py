@@ -67,12 +67,13 @@ def hold(handle: int, keep: Any) -> int:
     with _lock:
         entry = _entries.get(handle)
         if entry is None:
-            raise _unknown(handle)
+            raise unknown_handle(handle)
         entry.keep = keep
     return handle
 
 
-def _unknown(handle: Any) -> HandleError:
+def unknown_handle(handle: Any) -> HandleError:
+    """The error for a handle that is not (or no longer) in the table."""
     return HandleError(f"handle {handle!r} is unknown or was synchronized already; "
                        "synchronize each handle exactly once (handles of a job end with "
                        "shutdown() or a new init())")
@@ -88,7 +89,7 @@ def poll(handle: int) -> bool:
     unknown handle."""
     entry = _entries.get(handle)
     if entry is None:
-        raise _unknown(handle)
+        raise unknown_handle(handle)
     return all(entry.engine.poll(h) for h in entry.engine_handles)
 
 
@@ -99,7 +100,7 @@ def synchronize(handle: int) -> Any:
     with _lock:
         entry = _entries.pop(handle, None)
     if entry is None:
-        raise _unknown(handle)
+        raise unknown_handle(handle)
     engine = entry.engine
     if entry.several:
         result: Any = []

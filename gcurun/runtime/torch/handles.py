@@ -33,8 +33,8 @@ def synchronize(handle: int) -> Any:
     Raises HandleError (a ValueError) for an unknown handle, and the op's error as
     :class:`HorovodInternalError` (also an instance of the runtime's class for the
     cause)."""
-    if not handles.known(handle):
-        handles.synchronize(handle)          # raises HandleError
+    if not handles.known(handle):       # not an error of an op: no HorovodInternalError
+        raise handles.unknown_handle(handle)
     try:
         return handles.synchronize(handle)
     except CollectiveError as exc:
