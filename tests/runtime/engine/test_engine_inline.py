@@ -96,7 +96,8 @@ def test_tiny_async_ops_complete_in_the_negotiation() -> None:
             if step == 1:
                 since = len(engine.t.sent)  # type: ignore[attr-defined]
             handle = engine.submit([ops.allreduce_op(engine, np.full(3, r + 1.0),
-                                                     ReduceOp.SUM, 2.0, 0.25, "a", False)])
+                                                     op=ReduceOp.SUM, prescale=2.0,
+                                                     postscale=0.25, name="a")])
             got.append(engine.synchronize(handle).tolist())
         return data_messages(engine, since), got
 
@@ -231,7 +232,7 @@ def test_unnamed_async_ops_beyond_the_names_wait_their_turn() -> None:
     def body(engine: Engine) -> list[list[float]]:
         r = engine.rank
         handles = [engine.submit([ops.allreduce_op(engine, np.full(2, float(i + r)),
-                                                   ReduceOp.SUM, 1.0, 1.0, None, False)])
+                                                   op=ReduceOp.SUM)])
                    for i in range(count)]
         return [engine.synchronize(h).tolist() for h in handles]
 
