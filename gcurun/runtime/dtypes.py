@@ -37,10 +37,6 @@ def dtype_code(dtype: np.dtype) -> int:
     return code
 
 
-def dtype_name(code: int) -> str:
-    return DTYPES[code].name if code < len(DTYPES) else "unsupported"
-
-
 def as_array(obj: Any) -> np.ndarray:
     """A numpy view of ``obj`` when it exports a buffer (so in-place ops write through),
     else a new array (lists, Python scalars)."""

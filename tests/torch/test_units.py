@@ -257,3 +257,28 @@ def test_the_timeline_calls(alone: None, tmp_path) -> None:
     assert "allreduce.traced" in path.read_text()
     with pytest.raises(ValueError, match="file_path"):
         hvd.start_timeline("")
+
+
+def test_one_handle_table_serves_every_binding(alone: None) -> None:
+    # A torch handle is a handle of the runtime's one table: the runtime's own poll and
+    # synchronize take it (and give the torch result), and torch's take the runtime's.
+    import gcurun.runtime as runtime
+
+    handle = hvd.allreduce_async(torch.ones(3), op=hvd.Sum)
+    wait_for("the allreduce to complete", lambda: runtime.poll(handle), timeout=30)
+    assert torch.equal(runtime.synchronize(handle), torch.ones(3))
+    numpy_handle = runtime.allreduce_async(np.ones(2), op=runtime.Sum)
+    assert hvd.synchronize(numpy_handle).tolist() == [1.0, 1.0]
+
+
+def test_the_op_builders_take_their_arguments_by_keyword(alone: None) -> None:
+    from gcurun.runtime.frontend import build
+    from gcurun.runtime.frontend.state import current_state
+
+    state = current_state()
+    assert state is not None
+    with pytest.raises(TypeError):
+        build.allreduce_op(state.engine, np.ones(2), hvd.Sum, 1.0, 1.0,  # type: ignore[misc]
+                           "x", False)
+    op = build.allreduce_op(state.engine, np.ones(2), op=hvd.Sum, name="x", inplace=True)
+    assert (op.name, op.inplace) == ("x", True)

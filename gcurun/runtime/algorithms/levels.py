@@ -320,7 +320,3 @@ class _Levels:
         count[1] += 1
         if count[1] == self.slices and self.phase is not None:
             self.phase(name, False)
-
-
-def _quiet(name: str, started: bool) -> None:
-    pass

@@ -23,8 +23,8 @@ def recoverable(exc: BaseException) -> bool:
     ``HorovodInternalError`` the script raised itself; never a deterministic program
     error (mismatched tensors, bad arguments, a handle misused, an engine bug)."""
     from gcurun.runtime.api import ArgumentError, MismatchError, NotInitializedError
+    from gcurun.runtime.engine.decision import ProtocolError
     from gcurun.runtime.engine.handles import HandleError
-    from gcurun.runtime.engine.outcome import ProtocolError
 
     if isinstance(exc, (PeerFailureError, CollectiveTimeout)):
         return True

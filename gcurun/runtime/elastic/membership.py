@@ -7,18 +7,21 @@ from __future__ import annotations
 import atexit
 import threading
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gcurun.rendezvous.elastic import MembershipClient
 from gcurun.runtime.settings import RuntimeEnv
 
 if TYPE_CHECKING:
-    from gcurun.runtime.frontend.state import JobState
+    from gcurun.runtime.frontend.layout import RankLayout
+    from gcurun.runtime.transport.opening import Opened
 
 _client: MembershipClient | None = None
 _last_generation = 0
 _assignment: dict[str, Any] | None = None
 _listeners: weakref.WeakSet[Any] = weakref.WeakSet()
+_on_lost: Callable[[str], None] | None = None    # the runtime's: wake blocked collectives
 _lock = threading.Lock()
 
 
@@ -52,11 +55,14 @@ def last_assignment() -> dict[str, Any] | None:
     return _assignment
 
 
-def open_elastic(env: RuntimeEnv, host: str) -> JobState:
-    """The runtime state of this worker's next generation: join, then open the tcp
-    transport among its members (every member calls it)."""
+def open_elastic(env: RuntimeEnv, host: str, *, on_lost: Callable[[str], None]
+                 ) -> tuple[Opened, RankLayout]:
+    """This worker's next generation: join, then open the tcp transport among its
+    members (every member calls it); the transport and this rank's place in it.
+    ``on_lost(reason)`` runs when the launcher is gone for this worker."""
+    global _on_lost
+    _on_lost = on_lost
     from gcurun.runtime.frontend.layout import RankLayout, derive_rank_layout
-    from gcurun.runtime.frontend.state import JobState
     from gcurun.runtime.transport.opening import open_transport
 
     assert env.rendezvous is not None and env.secret is not None
@@ -69,7 +75,7 @@ def open_elastic(env: RuntimeEnv, host: str) -> JobState:
     derived = derive_rank_layout([str(p.get("host")) for p in opened.peers], rank)
     layout = RankLayout(rank, size, int(a["local_rank"]), int(a["local_size"]),
                         int(a["cross_rank"]), int(a["cross_size"]), derived.homogeneous)
-    return JobState("tcp", opened.transport, layout, env, opened)
+    return opened, layout
 
 
 def register_listener(state: Any) -> None:
@@ -91,9 +97,5 @@ def _hosts_updated(seq: int, bits: int) -> None:
 
 def _lost(reason: str) -> None:
     """The launcher is gone for this worker: wake every blocked collective."""
-    from gcurun.runtime.frontend.state import current_state
-    from gcurun.runtime.transport.tcp_connections import Connections
-
-    state = current_state()
-    if state is not None and isinstance(state.transport, Connections):
-        state.transport.job_aborted(reason)
+    if _on_lost is not None:
+        _on_lost(reason)

@@ -21,7 +21,7 @@ import numpy as np
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import ArgumentError, CollectiveError, MismatchError, Transport
 from gcurun.runtime.engine.blocks import BITS_OFFSET, UNCACHED, Blocks
-from gcurun.runtime.engine.outcome import Outcome
+from gcurun.runtime.engine.decision import CycleDecision
 from gcurun.runtime.engine.requests import CACHEABLE, PENDING, Agreed, Op, OpKind, agree, describe
 from gcurun.runtime.engine.stall import CHECK_INTERVAL, Stalled, StallInspector, stall_warning
 from gcurun.runtime.engine.timeline import Timeline
@@ -62,7 +62,7 @@ class Coordination(Blocks):
     # -- the slow path --------------------------------------------------------------------
 
     def _slow_path(self, to_send: list[tuple[Op, bool]], flags: list[int],
-                   outcome: Outcome) -> None:
+                   outcome: CycleDecision) -> None:
         self.slow_paths += 1
         mine: list[dict[str, Any]] = []
         if flags[self.rank] & UNCACHED:
@@ -112,7 +112,7 @@ class Coordination(Blocks):
         self._news = {}
         return response
 
-    def _apply(self, response: dict[str, Any], outcome: Outcome) -> None:
+    def _apply(self, response: dict[str, Any], outcome: CycleDecision) -> None:
         for name in response["evict"]:
             self.cache.evict(name)
         for item in response["ops"]:
@@ -150,7 +150,7 @@ class Coordination(Blocks):
 
     # -- join -----------------------------------------------------------------------------
 
-    def _update_joins(self, outcome: Outcome) -> None:
+    def _update_joins(self, outcome: CycleDecision) -> None:
         for rank in outcome.joined:
             self._joined_at.setdefault(rank, self.cycles_negotiated)
         for rank in [r for r in self._joined_at if r not in outcome.joined]:
@@ -161,7 +161,7 @@ class Coordination(Blocks):
 
     # -- rank 0: timeline and stall inspection --------------------------------------------
 
-    def _inspect(self, blocks: np.ndarray, pending: dict[str, Op], outcome: Outcome,
+    def _inspect(self, blocks: np.ndarray, pending: dict[str, Op], outcome: CycleDecision,
                  now_ns: int) -> None:
         """Who is ready for what, for the timeline's negotiation marks and the stall
         inspector. Rank 0 sees every rank's cached bits, the table of uncached names and

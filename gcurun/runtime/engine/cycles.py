@@ -40,10 +40,10 @@ from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Tr
 from gcurun.runtime.dtypes import UFUNCS
 from gcurun.runtime.engine._results import deliver, finish_reduction
 from gcurun.runtime.engine.auto_names import AutoNames
+from gcurun.runtime.engine.decision import CycleDecision, ProtocolError
 from gcurun.runtime.engine.executor import Executor
 from gcurun.runtime.engine.handles import Handle, HandleError
 from gcurun.runtime.engine.negotiation import Controller
-from gcurun.runtime.engine.outcome import Outcome, ProtocolError
 from gcurun.runtime.engine.requests import AGREED, DONE, Agreed, Op, OpKind
 from gcurun.runtime.engine.stall import SilenceWatch, StallInspector
 from gcurun.runtime.engine.timeline import Timeline, timeline_path
@@ -322,7 +322,7 @@ class Cycles:
             if not waiting:
                 del self._parked[name]
 
-    def _run_outcome(self, outcome: Outcome) -> None:
+    def _run_outcome(self, outcome: CycleDecision) -> None:
         ready_ns = time.monotonic_ns()
         items = []
         pending, controller, timeline = self._pending, self.controller, self.timeline

@@ -38,7 +38,7 @@ from __future__ import annotations
 import time
 
 from gcurun.runtime.engine.blocks import JOINED, NEWS, SHUTDOWN, UNCACHED
-from gcurun.runtime.engine.outcome import Outcome, ProtocolError
+from gcurun.runtime.engine.decision import CycleDecision, ProtocolError
 from gcurun.runtime.engine.quick_negotiation import QuickNegotiation
 from gcurun.runtime.engine.requests import Op
 
@@ -49,7 +49,7 @@ class Controller(QuickNegotiation):
     # -- the cycle ------------------------------------------------------------------------
 
     def cycle(self, pending: dict[str, Op], *, shutdown: bool, joined: bool,
-              now_ns: int) -> Outcome:
+              now_ns: int) -> CycleDecision:
         """Negotiate once. ``pending`` maps names to this rank's waiting ops."""
         to_send = self.begin(pending, shutdown=shutdown, joined=joined)
         self._exchange()
@@ -71,7 +71,7 @@ class Controller(QuickNegotiation):
         self._exchange()
 
     def complete(self, to_send: list[tuple[Op, bool]], pending: dict[str, Op],
-                 now_ns: int) -> Outcome:
+                 now_ns: int) -> CycleDecision:
         """What the gathered blocks (and the slow path, when some rank needs it) decide."""
         self.cycles_negotiated += 1
         self.generation += 1
@@ -87,7 +87,7 @@ class Controller(QuickNegotiation):
             if their_carried != carried:
                 carried = 0
         all_flags = [head[0] for head in heads]
-        outcome = Outcome()
+        outcome = CycleDecision()
         if union & JOINED:
             outcome.joined = frozenset(r for r, f in enumerate(all_flags) if f & JOINED)
         # A rank that joined since the last cycle may complete names that the others

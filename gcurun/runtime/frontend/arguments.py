@@ -1,11 +1,12 @@
 """What is wrong with a rank's arguments to a collective, as a message (or None).
 
 A rank does not raise on its own bad arguments: the message rides in its negotiation
-header, so that every rank stops the call together (see :mod:`gcurun.runtime.negotiate`).
+header, so that every rank stops the call together (see :mod:`gcurun.runtime.engine.negotiation`).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,21 @@ def dtype_error(arr: np.ndarray) -> str | None:
     return None
 
 
-def reduce_op(op: Any) -> tuple[ReduceOp, str | None]:
+def reduce_op_of(op: Any, average: bool | None, *, warn: bool = False) -> Any:
+    """The op of a call that may pass Horovod's deprecated ``average`` flag instead
+    (default: Average); ``warn``: a DeprecationWarning for the flag, as the torch and
+    TensorFlow bindings give. Raises ValueError when both are passed."""
+    if op is not None and average is not None:
+        raise ValueError("pass either op or the deprecated average flag, not both")
+    if average is not None:
+        if warn:
+            warnings.warn("average= is deprecated; use op=Average or op=Sum",
+                          DeprecationWarning, stacklevel=3)
+        return ReduceOp.AVERAGE if average else ReduceOp.SUM
+    return ReduceOp.AVERAGE if op is None else op
+
+
+def checked_reduce_op(op: Any) -> tuple[ReduceOp, str | None]:
     """``op`` as a ReduceOp (Sum stands in for an invalid one, with the message)."""
     if type(op) is ReduceOp:        # the usual case, without an enum lookup
         return op, None

@@ -12,18 +12,19 @@ the same :class:`ArgumentError` for it at ``synchronize``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from gcurun.runtime.frontend import handles
+from gcurun.runtime.frontend.arguments import reduce_op_of
 from gcurun.runtime.frontend.build import (
     allgather_op,
     allreduce_op,
     alltoall_op,
     broadcast_op,
     group_names,
-    reduce_op_of,
     reducescatter_op,
 )
 from gcurun.runtime.frontend.process_sets import (
@@ -33,19 +34,22 @@ from gcurun.runtime.frontend.process_sets import (
     global_process_set,
 )
 
-# Handles of process sets' engines: handle -> the set (the job's engine's are not here).
-_owners: dict[int, ProcessSet] = {}
-_OFFSET = 1 << 40       # a set's handles are numbered apart from the job's
+poll = handles.poll
+synchronize = handles.synchronize
 
 
-def _submit(process_set: ProcessSet, what: str, ops: Any, grouped: bool = False) -> int:
+def submit(process_set: ProcessSet | None, what: str, build: Callable[[Any], list[Any]], *,
+           grouped: bool = False, finish: handles.Finish | None = None,
+           keep: Any = None) -> int:
+    """Submit the ops that ``build(engine)`` makes (on the calling thread, with the
+    builders of :mod:`.build`) to the engine of ``process_set`` (None: the job) and
+    return their handle (see :mod:`.handles`); ``grouped``: negotiated together, the
+    result is the list of results. Every binding's asynchronous op goes this way.
+    Raises NotInitializedError before init(), ValueError for a set this rank may not
+    use."""
     engine = engine_of(process_set, what)
-    handle = engine.submit(ops(engine), grouped=grouped)
-    if process_set is global_process_set:
-        return handle
-    handle = (process_set.process_set_id or 0) * _OFFSET + handle
-    _owners[handle] = process_set
-    return handle
+    return handles.register(engine, engine.submit(build(engine), grouped=grouped),
+                            finish=finish, keep=keep)
 
 
 def allreduce_async(tensor: Any, average: bool | None = None, name: str | None = None,
@@ -56,8 +60,8 @@ def allreduce_async(tensor: Any, average: bool | None = None, name: str | None =
     Raises NotInitializedError before init(), ValueError for a set this rank may not
     use."""
     rop = reduce_op_of(op, average)
-    return _submit(process_set, "allreduce_async", lambda e: [allreduce_op(
-        e, tensor, rop, prescale_factor, postscale_factor, name, False)])
+    return submit(process_set, "allreduce_async", lambda e: [allreduce_op(
+        e, tensor, op=rop, prescale=prescale_factor, postscale=postscale_factor, name=name)])
 
 
 def allreduce_async_(tensor: Any, average: bool | None = None, name: str | None = None,
@@ -66,40 +70,41 @@ def allreduce_async_(tensor: Any, average: bool | None = None, name: str | None 
                      process_set: ProcessSet = global_process_set) -> int:
     """:func:`allreduce_async` writing the result into ``tensor``."""
     rop = reduce_op_of(op, average)
-    return _submit(process_set, "allreduce_async_", lambda e: [allreduce_op(
-        e, tensor, rop, prescale_factor, postscale_factor, name, True)])
+    return submit(process_set, "allreduce_async_", lambda e: [allreduce_op(
+        e, tensor, op=rop, prescale=prescale_factor, postscale=postscale_factor, name=name,
+        inplace=True)])
 
 
 def allgather_async(tensor: Any, name: str | None = None,
                     process_set: ProcessSet = global_process_set) -> int:
     """Start an allgather: every rank's tensor concatenated along the first dimension."""
-    return _submit(process_set, "allgather_async",
-                   lambda e: [allgather_op(e, tensor, name)])
+    return submit(process_set, "allgather_async",
+                  lambda e: [allgather_op(e, tensor, name=name)])
 
 
 def broadcast_async(tensor: Any, root_rank: int, name: str | None = None,
                     process_set: ProcessSet = global_process_set) -> int:
     """Start a broadcast of ``root_rank``'s tensor (a rank of the job); the result is a
     new array."""
-    members = _members(process_set)
-    return _submit(process_set, "broadcast_async", lambda e: [broadcast_op(
-        e, tensor, root_rank, name, False, members)])
+    members = members_of(process_set)
+    return submit(process_set, "broadcast_async", lambda e: [broadcast_op(
+        e, tensor, root_rank=root_rank, name=name, members=members)])
 
 
 def broadcast_async_(tensor: Any, root_rank: int, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> int:
     """:func:`broadcast_async` writing the result into ``tensor``."""
-    members = _members(process_set)
-    return _submit(process_set, "broadcast_async_", lambda e: [broadcast_op(
-        e, tensor, root_rank, name, True, members)])
+    members = members_of(process_set)
+    return submit(process_set, "broadcast_async_", lambda e: [broadcast_op(
+        e, tensor, root_rank=root_rank, name=name, inplace=True, members=members)])
 
 
 def alltoall_async(tensor: Any, splits: Sequence[int] | np.ndarray | None = None,
                    name: str | None = None,
                    process_set: ProcessSet = global_process_set) -> int:
     """Start an alltoall; synchronize returns (received rows, rows from each rank)."""
-    return _submit(process_set, "alltoall_async",
-                   lambda e: [alltoall_op(e, tensor, splits, name)])
+    return submit(process_set, "alltoall_async",
+                  lambda e: [alltoall_op(e, tensor, splits=splits, name=name)])
 
 
 def reducescatter_async(tensor: Any, name: str | None = None, op: Any = None,
@@ -107,8 +112,9 @@ def reducescatter_async(tensor: Any, name: str | None = None, op: Any = None,
                         process_set: ProcessSet = global_process_set) -> int:
     """Start a reducescatter (default: average): this rank's rows of the reduction."""
     rop = reduce_op_of(op, None)
-    return _submit(process_set, "reducescatter_async", lambda e: [reducescatter_op(
-        e, tensor, rop, prescale_factor, postscale_factor, name)])
+    return submit(process_set, "reducescatter_async", lambda e: [reducescatter_op(
+        e, tensor, op=rop, prescale=prescale_factor, postscale=postscale_factor,
+        name=name)])
 
 
 def grouped_allreduce_async(tensors: Sequence[Any], average: bool | None = None,
@@ -117,8 +123,10 @@ def grouped_allreduce_async(tensors: Sequence[Any], average: bool | None = None,
                             process_set: ProcessSet = global_process_set) -> int:
     """Start one allreduce per tensor, negotiated and fused together; synchronize returns
     the list of results."""
-    return _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
-                              False, "grouped_allreduce_async", process_set)
+    return _grouped_allreduce(tensors, reduce_op_of(op, average), name=name,
+                              prescale=prescale_factor, postscale=postscale_factor,
+                              inplace=False, what="grouped_allreduce_async",
+                              process_set=process_set)
 
 
 def grouped_allreduce_async_(tensors: Sequence[Any], average: bool | None = None,
@@ -126,21 +134,22 @@ def grouped_allreduce_async_(tensors: Sequence[Any], average: bool | None = None
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                              process_set: ProcessSet = global_process_set) -> int:
     """:func:`grouped_allreduce_async` writing each result into its tensor."""
-    return _grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
-                              True, "grouped_allreduce_async_", process_set)
+    return _grouped_allreduce(tensors, reduce_op_of(op, average), name=name,
+                              prescale=prescale_factor, postscale=postscale_factor,
+                              inplace=True, what="grouped_allreduce_async_",
+                              process_set=process_set)
 
 
-def _grouped_allreduce(tensors: Sequence[Any], average: bool | None, name: str | None,
-                       op: Any, prescale: float, postscale: float, inplace: bool,
-                       what: str, process_set: ProcessSet) -> int:
-    rop = reduce_op_of(op, average)
-
+def _grouped_allreduce(tensors: Sequence[Any], rop: Any, *, name: str | None,
+                       prescale: float, postscale: float, inplace: bool, what: str,
+                       process_set: ProcessSet) -> int:
     def ops(engine: Any) -> list[Any]:
         names = group_names(engine, name, "grouped_allreduce", len(tensors))
-        return [allreduce_op(engine, t, rop, prescale, postscale, n, inplace, name is None)
+        return [allreduce_op(engine, t, op=rop, prescale=prescale, postscale=postscale,
+                             name=n, inplace=inplace, auto=name is None)
                 for t, n in zip(tensors, names, strict=True)]
 
-    return _submit(process_set, what, ops, grouped=True)
+    return submit(process_set, what, ops, grouped=True)
 
 
 def grouped_allgather_async(tensors: Sequence[Any], name: str | None = None,
@@ -148,10 +157,10 @@ def grouped_allgather_async(tensors: Sequence[Any], name: str | None = None,
     """Start one allgather per tensor, negotiated together."""
     def ops(engine: Any) -> list[Any]:
         names = group_names(engine, name, "grouped_allgather", len(tensors))
-        return [allgather_op(engine, t, n, name is None)
+        return [allgather_op(engine, t, name=n, auto=name is None)
                 for t, n in zip(tensors, names, strict=True)]
 
-    return _submit(process_set, "grouped_allgather_async", ops, grouped=True)
+    return submit(process_set, "grouped_allgather_async", ops, grouped=True)
 
 
 def grouped_reducescatter_async(tensors: Sequence[Any], name: str | None = None,
@@ -163,28 +172,11 @@ def grouped_reducescatter_async(tensors: Sequence[Any], name: str | None = None,
 
     def ops(engine: Any) -> list[Any]:
         names = group_names(engine, name, "grouped_reducescatter", len(tensors))
-        return [reducescatter_op(engine, t, rop, prescale_factor, postscale_factor, n,
-                                 name is None) for t, n in zip(tensors, names, strict=True)]
+        return [reducescatter_op(engine, t, op=rop, prescale=prescale_factor,
+                                 postscale=postscale_factor, name=n, auto=name is None)
+                for t, n in zip(tensors, names, strict=True)]
 
-    return _submit(process_set, "grouped_reducescatter_async", ops, grouped=True)
-
-
-def poll(handle: int) -> bool:
-    """Whether the op of ``handle`` is done (never blocks). Raises HandleError for an
-    unknown handle."""
-    owner = _owners.get(handle)
-    if owner is None:
-        return engine_of(None, "poll").poll(handle)
-    return engine_of(owner, "poll").poll(handle % _OFFSET)
-
-
-def synchronize(handle: int) -> Any:
-    """Wait for ``handle`` and return its result, or raise its op's error. Each handle
-    can be synchronized once (else HandleError)."""
-    owner = _owners.pop(handle, None)
-    if owner is None:
-        return engine_of(None, "synchronize").synchronize(handle)
-    return engine_of(owner, "synchronize").synchronize(handle % _OFFSET)
+    return submit(process_set, "grouped_reducescatter_async", ops, grouped=True)
 
 
 def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None,
@@ -228,11 +220,13 @@ def join(process_set: ProcessSet = global_process_set) -> int:
     joiner)."""
     engine = engine_of(process_set, "join")
     last = engine.synchronize(engine.submit([engine.join_op()]))
-    members = _members(process_set)
+    members = members_of(process_set)
     return last if members is None else members[last]
 
 
-def _members(process_set: ProcessSet) -> list[int] | None:
-    if process_set is global_process_set:
+def members_of(process_set: ProcessSet | None) -> list[int] | None:
+    """The job's ranks of ``process_set``'s engine (None for the job's own), which
+    :func:`.build.broadcast_op` needs to find a root."""
+    if process_set is None or process_set is global_process_set:
         return None
     return collectives_of(process_set, "broadcast").members

@@ -11,26 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from gcurun.runtime.api import ReduceOp
 from gcurun.runtime.dtypes import as_array, flat_contiguous
 from gcurun.runtime.engine.background import Engine
 from gcurun.runtime.engine.requests import Op, OpKind
 from gcurun.runtime.frontend.arguments import (
+    checked_reduce_op,
     dtype_error,
     reduce_error,
-    reduce_op,
     rows_error,
     send_counts,
 )
-
-
-def reduce_op_of(op: Any, average: bool | None) -> Any:
-    """The op of a call that may pass the older ``average`` flag instead."""
-    if op is not None and average is not None:
-        raise ValueError("pass either op or the older average flag, not both")
-    if average is not None:
-        return ReduceOp.AVERAGE if average else ReduceOp.SUM
-    return ReduceOp.AVERAGE if op is None else op
 
 
 def op_name(engine: Engine, name: str | None, kind: OpKind) -> str:
@@ -46,10 +36,14 @@ def _writable(arr: np.ndarray, what: str) -> str | None:
 # -- building ops (on the calling thread) -------------------------------------------------
 
 
-def allreduce_op(engine: Engine, tensor: Any, op: Any, prescale: float, postscale: float,
-                 name: str | None, inplace: bool, auto: bool = False) -> Op:
+def allreduce_op(engine: Engine, tensor: Any, *, op: Any, prescale: float = 1.0,
+                 postscale: float = 1.0, name: str | None = None, inplace: bool = False,
+                 auto: bool = False) -> Op:
+    """The op of an allreduce of ``tensor`` (``auto``: ``name`` was made up for a member
+    of an unnamed group). The one builder of allreduces: the numpy, torch and TensorFlow
+    bindings and the synchronous calls all submit what it returns."""
     arr = as_array(tensor)
-    rop, error = reduce_op(op)
+    rop, error = checked_reduce_op(op)
     error = error or reduce_error(arr, rop, prescale, postscale)
     if inplace:
         error = error or _writable(arr, "allreduce_")
@@ -59,17 +53,19 @@ def allreduce_op(engine: Engine, tensor: Any, op: Any, prescale: float, postscal
               auto=auto or name is None)
 
 
-def reducescatter_op(engine: Engine, tensor: Any, op: Any, prescale: float,
-                     postscale: float, name: str | None, auto: bool = False) -> Op:
+def reducescatter_op(engine: Engine, tensor: Any, *, op: Any, prescale: float = 1.0,
+                     postscale: float = 1.0, name: str | None = None,
+                     auto: bool = False) -> Op:
     arr = as_array(tensor)
-    rop, error = reduce_op(op)
+    rop, error = checked_reduce_op(op)
     error = error or reduce_error(arr, rop, prescale, postscale) or rows_error(arr)
     return Op(OpKind.REDUCESCATTER, op_name(engine, name, OpKind.REDUCESCATTER), arr,
               None if error else flat_contiguous(arr), rop=int(rop), prescale=prescale,
               postscale=postscale, error=error, auto=auto or name is None)
 
 
-def allgather_op(engine: Engine, tensor: Any, name: str | None, auto: bool = False) -> Op:
+def allgather_op(engine: Engine, tensor: Any, *, name: str | None = None,
+                 auto: bool = False) -> Op:
     arr = as_array(tensor)
     error = dtype_error(arr) or rows_error(arr)
     return Op(OpKind.ALLGATHER, op_name(engine, name, OpKind.ALLGATHER), arr,
@@ -93,8 +89,8 @@ def root_of(engine: Engine, root_rank: Any, members: Sequence[int] | None
                 f"{list(members)}; pick the root among its ranks")
 
 
-def broadcast_op(engine: Engine, tensor: Any, root_rank: Any, name: str | None,
-                 inplace: bool, members: Sequence[int] | None = None) -> Op:
+def broadcast_op(engine: Engine, tensor: Any, *, root_rank: Any, name: str | None = None,
+                 inplace: bool = False, members: Sequence[int] | None = None) -> Op:
     arr = as_array(tensor)
     root, root_error = root_of(engine, root_rank, members)
     error = dtype_error(arr) or root_error
@@ -105,7 +101,8 @@ def broadcast_op(engine: Engine, tensor: Any, root_rank: Any, name: str | None,
               error=error, auto=name is None)
 
 
-def alltoall_op(engine: Engine, tensor: Any, splits: Any, name: str | None) -> Op:
+def alltoall_op(engine: Engine, tensor: Any, *, splits: Any = None,
+                name: str | None = None) -> Op:
     arr = as_array(tensor)
     send_rows, error = send_counts(arr, splits, engine.size)
     error = dtype_error(arr) or rows_error(arr) or error

@@ -13,7 +13,7 @@ from gcurun.runtime.api import ArgumentError, ReduceOp
 from gcurun.runtime.engine.background import Engine
 from gcurun.runtime.engine.quick_negotiation import QuickPlan
 from gcurun.runtime.engine.requests import Op, OpKind
-from gcurun.runtime.frontend.arguments import reduce_error, reduce_op
+from gcurun.runtime.frontend.arguments import checked_reduce_op, reduce_error
 from gcurun.runtime.frontend.build import (
     allgather_op,
     allreduce_op,
@@ -66,8 +66,9 @@ class Collectives:
     def _usual(self, tensor: Any, op: Any, prescale: float, postscale: float,
                name: str | None, inplace: bool, auto: bool = False) -> np.ndarray:
         """allreduce as an op of the engine, submitted and waited for."""
-        return self._run(allreduce_op(self.engine, tensor, op, prescale, postscale, name,
-                                      inplace, auto))
+        return self._run(allreduce_op(self.engine, tensor, op=op, prescale=prescale,
+                                      postscale=postscale, name=name, inplace=inplace,
+                                      auto=auto))
 
     def _plan(self, tensor: Any, op: Any, name: str, prescale: float,
               postscale: float) -> QuickPlan | None:
@@ -79,7 +80,7 @@ class Collectives:
         try:
             plan = self._plans[key]
         except KeyError:
-            rop, error = reduce_op(op)
+            rop, error = checked_reduce_op(op)
             plan = None
             if not (error or reduce_error(tensor, rop, 1.0, postscale)):
                 plan = self.engine.controller.plan_quick(name, tensor, op, rop, postscale)
@@ -95,20 +96,21 @@ class Collectives:
     def reducescatter(self, tensor: Any, op: Any = ReduceOp.AVERAGE,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                       name: str | None = None) -> np.ndarray:
-        return self._run(reducescatter_op(self.engine, tensor, op, prescale_factor,
-                                          postscale_factor, name))
+        return self._run(reducescatter_op(self.engine, tensor, op=op,
+                                          prescale=prescale_factor,
+                                          postscale=postscale_factor, name=name))
 
     def allgather(self, tensor: Any, name: str | None = None) -> np.ndarray:
-        return self._run(allgather_op(self.engine, tensor, name))
+        return self._run(allgather_op(self.engine, tensor, name=name))
 
     def broadcast(self, tensor: Any, root_rank: int, name: str | None = None,
                   inplace: bool = False) -> np.ndarray:
-        return self._run(broadcast_op(self.engine, tensor, root_rank, name, inplace,
-                                      self.members))
+        return self._run(broadcast_op(self.engine, tensor, root_rank=root_rank, name=name,
+                                      inplace=inplace, members=self.members))
 
     def alltoall(self, tensor: Any, splits: Sequence[int] | np.ndarray | None = None,
                  name: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-        return self._run(alltoall_op(self.engine, tensor, splits, name))
+        return self._run(alltoall_op(self.engine, tensor, splits=splits, name=name))
 
     def barrier(self) -> None:
         self._run(Op(OpKind.BARRIER, self.engine.auto_name(OpKind.BARRIER.label),

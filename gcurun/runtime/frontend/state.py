@@ -22,6 +22,7 @@ from typing import Any
 from gcurun.errors import UsageError
 from gcurun.runtime.api import NotInitializedError, Transport
 from gcurun.runtime.engine.background import start_engine
+from gcurun.runtime.frontend import handles
 from gcurun.runtime.frontend.collectives import Collectives
 from gcurun.runtime.frontend.layout import RankLayout, derive_rank_layout
 from gcurun.runtime.settings import BackendName, RuntimeEnv, read_runtime_env
@@ -29,7 +30,7 @@ from gcurun.runtime.transport.opening import Opened, open_transport
 
 
 @dataclass
-class JobState:
+class RuntimeState:
     backend: BackendName
     transport: Transport
     topology: RankLayout
@@ -44,7 +45,7 @@ class JobState:
     hosts: list[str] | None = None  # every rank's host, in rank order (two-level allreduce)
 
 
-_state: JobState | None = None
+_state: RuntimeState | None = None
 _lock = threading.Lock()
 _generation = 0
 _atexit_registered = False
@@ -74,6 +75,7 @@ def init(comm: Any = None) -> None:
     with _lock:
         if _state is not None:
             return
+        handles.reset()
         env = read_runtime_env()
         apply_log_level(env.log_level)
         backend = choose_backend(env, comm is not None)
@@ -127,6 +129,7 @@ def shutdown() -> None:
     global _state
     with _lock:
         state, _state = _state, None
+    handles.reset()
     if state is not None:
         for process_set in list(state.sets.values()):
             process_set.close()
@@ -136,7 +139,7 @@ def shutdown() -> None:
         state.opened.close()
 
 
-def current_state() -> JobState | None:
+def current_state() -> RuntimeState | None:
     """The running job's state, or None before init() (never raises)."""
     return _state
 
@@ -145,7 +148,7 @@ def is_initialized() -> bool:
     return _state is not None
 
 
-def state(what: str) -> JobState:
+def state(what: str) -> RuntimeState:
     current = _state
     if current is None:
         raise NotInitializedError(what)
@@ -231,7 +234,7 @@ def hostname(env: RuntimeEnv) -> str:
     return facts.hostname if facts is not None and facts.hostname else socket.gethostname()
 
 
-def _start_engine(state_: JobState) -> JobState:
+def _start_engine(state_: RuntimeState) -> RuntimeState:
     """Start the job's background engine; the public collectives go through it."""
     try:
         if state_.backend == "mpi":
@@ -288,7 +291,7 @@ def _check_mpi_threads() -> None:
 # -- backends ---------------------------------------------------------------------------
 
 
-def _init_local(env: RuntimeEnv) -> JobState:
+def _init_local(env: RuntimeEnv) -> RuntimeState:
     if env.facts is not None and env.facts.size > 1:
         raise UsageError(f"GCURUN_SIZE={env.facts.size} but this process has no way to reach "
                          "its peers: GCURUN_RENDEZVOUS is unset and no MPI launcher started "
@@ -296,10 +299,20 @@ def _init_local(env: RuntimeEnv) -> JobState:
     opened = open_transport("local", env, [0], 0, hostname=hostname(env))
     assert opened.transport is not None
     layout = RankLayout(0, 1, 0, 1, 0, 1, True)
-    return JobState("local", opened.transport, layout, env, opened)
+    return RuntimeState("local", opened.transport, layout, env, opened)
 
 
-def _init_tcp(env: RuntimeEnv) -> JobState:
+def _abort(reason: str) -> None:
+    """Wake every collective blocked on the job's transport (an elastic worker whose
+    launcher is gone)."""
+    from gcurun.runtime.transport.tcp_connections import Connections
+
+    state = current_state()
+    if state is not None and isinstance(state.transport, Connections):
+        state.transport.job_aborted(reason)
+
+
+def _init_tcp(env: RuntimeEnv) -> RuntimeState:
     global _generation
     facts = env.facts
     missing = [name for name, value in (("GCURUN_RANK/GCURUN_SIZE", facts),
@@ -312,7 +325,9 @@ def _init_tcp(env: RuntimeEnv) -> JobState:
         # An elastic job: the launcher's driver gives this worker its rank and size.
         from gcurun.runtime.elastic.membership import open_elastic
 
-        return open_elastic(env, hostname(env))
+        opened, layout = open_elastic(env, hostname(env), on_lost=_abort)
+        assert opened.transport is not None
+        return RuntimeState("tcp", opened.transport, layout, env, opened)
     _generation += 1
     opened = open_transport("tcp", env, range(facts.size), facts.rank,
                             hostname=hostname(env), generation=_generation,
@@ -325,10 +340,10 @@ def _init_tcp(env: RuntimeEnv) -> JobState:
         # The launcher's plan is the truth (its hosts may share one kernel in tests).
         layout = RankLayout(facts.rank, facts.size, facts.local_rank, facts.local_size,
                             facts.cross_rank, facts.cross_size, layout.homogeneous)
-    return JobState("tcp", opened.transport, layout, env, opened, hosts=hosts)
+    return RuntimeState("tcp", opened.transport, layout, env, opened, hosts=hosts)
 
 
-def _init_mpi(env: RuntimeEnv, comm: Any) -> JobState:
+def _init_mpi(env: RuntimeEnv, comm: Any) -> RuntimeState:
     from mpi4py import MPI
 
     from gcurun.runtime.transport.mpi import mpi_topology
@@ -352,4 +367,4 @@ def _init_mpi(env: RuntimeEnv, comm: Any) -> JobState:
                         cross_rank_, cross_size_, len(set(sizes)) == 1)
     threads = MPI.Query_thread() == MPI.THREAD_MULTIPLE
     hosts = [str(h) for h in comm.allgather(hostname(env))]
-    return JobState("mpi", transport, layout, env, opened, threads, comm=comm, hosts=hosts)
+    return RuntimeState("mpi", transport, layout, env, opened, threads, comm=comm, hosts=hosts)

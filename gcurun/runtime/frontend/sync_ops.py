@@ -15,7 +15,7 @@ import numpy as np
 
 from gcurun.runtime.api import NotInitializedError, ReduceOp
 from gcurun.runtime.frontend import state as job
-from gcurun.runtime.frontend.build import reduce_op_of
+from gcurun.runtime.frontend.arguments import reduce_op_of
 from gcurun.runtime.frontend.process_sets import ProcessSet, collectives_of, global_process_set
 
 Average = ReduceOp.AVERAGE

@@ -55,6 +55,7 @@ from gcurun.runtime.tensorflow.basics import (
 from gcurun.runtime.tensorflow.compression import Compression
 from gcurun.runtime.tensorflow.functions import (
     allgather_object,
+    broadcast_global_variables,
     broadcast_object,
     broadcast_object_fn,
     broadcast_variables,
@@ -82,11 +83,7 @@ from gcurun.runtime.tensorflow.mpi_ops import (
     join,
     reducescatter,
 )
-from gcurun.runtime.tensorflow.optimizer import (
-    BroadcastGlobalVariablesHook,
-    DistributedOptimizer,
-    broadcast_global_variables,
-)
+from gcurun.runtime.tensorflow.optimizer import BroadcastGlobalVariablesHook, DistributedOptimizer
 from gcurun.runtime.tensorflow.process_sets import (
     ProcessSet,
     add_process_set,

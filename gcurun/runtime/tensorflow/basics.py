@@ -9,7 +9,6 @@ import numpy as np
 import tensorflow as tf
 
 import gcurun.runtime as runtime
-from gcurun.runtime.tensorflow import collective_ops
 from gcurun.runtime.tensorflow.process_sets import add_process_set, global_process_set
 
 rank = runtime.rank
@@ -35,7 +34,6 @@ def init(comm: Any = None, process_sets: str | Sequence[Any] | None = None) -> N
     ``shutdown()`` does nothing."""
     if runtime.is_initialized():
         return
-    collective_ops.forget_submitted()
     runtime.init(comm)
     if process_sets is None or process_sets == "dynamic":
         return
@@ -49,7 +47,6 @@ def init(comm: Any = None, process_sets: str | Sequence[Any] | None = None) -> N
 
 def shutdown() -> None:
     """Leave the job and release connections; ``init()`` may join again afterwards."""
-    collective_ops.forget_submitted()
     runtime.shutdown()
 
 

@@ -23,9 +23,7 @@ through a status check that raises a mismatch as ``FailedPreconditionError``
 
 from __future__ import annotations
 
-import itertools
 import re
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,6 +33,7 @@ import tensorflow as tf
 import gcurun.runtime as runtime
 from gcurun.errors import CollectiveError
 from gcurun.runtime import MismatchError
+from gcurun.runtime.frontend import handles
 from gcurun.runtime.tensorflow.errors import OK_STATUS, mismatch_status, status_check, tf_error
 from gcurun.runtime.tensorflow.tensors import host_array, narrow, to_tensor, widen
 
@@ -46,9 +45,6 @@ Now = Callable[[list[np.ndarray], str | None], Any]
 Finish = Callable[[Any], Sequence[Any]]
 Shapes = Sequence[tf.TensorShape | Sequence[int | None] | None]
 
-_keys = itertools.count(1)
-_submitted: dict[int, tuple[int | list[int], list[np.ndarray]]] = {}
-_lock = threading.Lock()
 
 
 def executing_eagerly() -> bool:
@@ -103,21 +99,16 @@ def _graph(label: str, inputs: Sequence[tf.Tensor], start: Start, finish: Finish
 
     def enqueue(*arrays: np.ndarray) -> np.int64:
         staged = [widen(np.asarray(a)) for a in arrays]
-        handle = start(staged, engine_name[0])
-        key = next(_keys)
-        with _lock:
-            _submitted[key] = (handle, staged)       # alive until the op completes
-        return np.int64(key)
+        # The runtime's handle keeps the staged arrays alive until the op completes.
+        return np.int64(handles.hold(_one(start(staged, engine_name[0])), staged))
 
     key = tf.numpy_function(enqueue, list(inputs), tf.int64, stateful=True, name=base)
     engine_name.append(key.op.name)
     dtypes = list(out_dtypes)
 
     def synchronize(key_value: np.ndarray) -> list[Any]:
-        with _lock:
-            handle, _ = _submitted.pop(int(key_value))
         try:
-            result = wait(handle)
+            result = runtime.synchronize(int(key_value))
         except MismatchError as exc:
             empty = [np.zeros(0, d.as_numpy_dtype) for d in dtypes]
             return [*empty, np.bytes_(mismatch_status(exc))]
@@ -144,18 +135,12 @@ def _graph(label: str, inputs: Sequence[tf.Tensor], start: Start, finish: Finish
 def wait(work: int | list[int]) -> Any:
     """The result of a runtime handle, or the list of results of several (all are
     waited for before the first error is raised, so that none is left pending)."""
-    if isinstance(work, int):
-        return runtime.synchronize(work)
-    results: list[Any] = []
-    error: BaseException | None = None
-    for handle in work:
-        try:
-            results.append(runtime.synchronize(handle))
-        except CollectiveError as exc:
-            error = error or exc
-    if error is not None:
-        raise error
-    return results
+    return runtime.synchronize(_one(work))
+
+
+def _one(work: int | list[int]) -> int:
+    """One handle of the runtime for what ``start`` returned."""
+    return work if isinstance(work, int) else handles.combine(work)
 
 
 def _in_xla() -> bool:
@@ -165,9 +150,3 @@ def _in_xla() -> bool:
     except ImportError:                  # pragma: no cover - TensorFlow moved it
         return False
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
-
-
-def forget_submitted() -> None:
-    """Drop the keys of graph ops that never synchronized (``init``/``shutdown``)."""
-    with _lock:
-        _submitted.clear()

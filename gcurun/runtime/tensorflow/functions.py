@@ -55,3 +55,15 @@ def allgather_object(obj: Any, session: Any = None, name: str | None = None,
         return runtime.allgather_object(obj, name, **set_kwargs(process_set))
     except CollectiveError as exc:
         raise tf_error(exc) from exc
+
+
+def broadcast_global_variables(root_rank: int) -> Any:
+    """The op that gives every rank ``root_rank``'s values of all global variables (TF1
+    graphs; run it after the variables are initialized).
+
+    Raises RuntimeError when executing eagerly: use broadcast_variables there."""
+    if tf.executing_eagerly():
+        raise RuntimeError("broadcast_global_variables() needs graph mode (TF1); in eager "
+                           "code call broadcast_variables(model.variables, root_rank) and "
+                           "the same for the optimizer's variables")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)

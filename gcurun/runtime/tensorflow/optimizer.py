@@ -134,10 +134,12 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
         return _DistributedOptimizer(optimizer, name, use_locking, how,
                                      backward_passes_per_step, average_aggregated_gradients,
                                      groups, num_groups, scale_local_gradients)
-    from gcurun.runtime.tensorflow import keras as hvd_keras
+    # Imported here: Keras loads only for a Keras optimizer (the module, not the package,
+    # so that the Keras binding's imports run one way: keras -> this module).
+    from gcurun.runtime.tensorflow.keras import optimizer as keras_optimizer
 
-    if isinstance(optimizer, hvd_keras.keras_optimizer_class()):
-        return hvd_keras.DistributedOptimizer(
+    if isinstance(optimizer, keras_optimizer.keras_optimizer_class()):
+        return keras_optimizer.DistributedOptimizer(
             optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
             compression=compression, sparse_as_dense=sparse_as_dense,
             gradient_predivide_factor=gradient_predivide_factor, op=op,
@@ -147,18 +149,6 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
             scale_local_gradients=scale_local_gradients)
     raise ValueError(f"DistributedOptimizer: {optimizer!r} is neither a "
                      "tf.compat.v1.train.Optimizer nor a Keras optimizer; wrap one of those")
-
-
-def broadcast_global_variables(root_rank: int) -> Any:
-    """The op that gives every rank ``root_rank``'s values of all global variables (TF1
-    graphs; run it after the variables are initialized).
-
-    Raises RuntimeError when executing eagerly: use broadcast_variables there."""
-    if tf.executing_eagerly():
-        raise RuntimeError("broadcast_global_variables() needs graph mode (TF1); in eager "
-                           "code call broadcast_variables(model.variables, root_rank) and "
-                           "the same for the optimizer's variables")
-    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 
 class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):

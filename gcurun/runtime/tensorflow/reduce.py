@@ -15,6 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from gcurun.runtime.frontend.arguments import reduce_op_of
 from gcurun.runtime.tensorflow.compression import Compression, Compressor
 from gcurun.runtime.tensorflow.mpi_ops import (
     Adasum,
@@ -24,15 +25,6 @@ from gcurun.runtime.tensorflow.mpi_ops import (
     grouped_allgather,
 )
 from gcurun.runtime.tensorflow.process_sets import global_process_set, set_size
-
-
-def reduce_op(op: Any, average: bool | None) -> Any:
-    """The op of a call that may use Horovod's deprecated ``average`` flag."""
-    if op is not None and average is not None:
-        raise ValueError("pass either op or the deprecated average flag, not both")
-    if average is not None:
-        return Average if average else Sum
-    return Average if op is None else op
 
 
 def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "",
@@ -59,7 +51,7 @@ def grouped_allreduce(tensors: Sequence[Any], average: bool | None = None,
                       name: str | None = None) -> list[Any]:
     """:func:`allreduce` of every tensor of a list: the dense ones as one op (one
     negotiation, fused), the IndexedSlices gathered together."""
-    op = reduce_op(op, average)
+    op = reduce_op_of(op, average, warn=True)
     tensors = list(tensors)
     sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]

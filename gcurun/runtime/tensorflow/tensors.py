@@ -33,11 +33,6 @@ def check_dtype(dtype: tf.DType, what: str) -> None:
     raise TypeError(f"{what}: dtype {dtype.name} is not supported; use one of {names}")
 
 
-def wire_dtype(dtype: tf.DType) -> tf.DType:
-    """The dtype a tensor of ``dtype`` travels as."""
-    return WIDENED.get(dtype.base_dtype, dtype.base_dtype)
-
-
 def host_array(value: Any) -> np.ndarray:
     """The numpy array of an eager tensor (sharing its memory when it is in host memory),
     variable or host value, in its wire dtype. The caller keeps ``value`` alive while

@@ -1,19 +1,15 @@
-"""What the torch ops modules share: starting an allreduce or an allgather (the
-backward passes of other ops use them), and the autograd and result helpers."""
+"""What the torch ops modules share: engine names, the autograd test and the helpers
+that turn the runtime's numpy results into torch tensors."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from gcurun.runtime import Adasum
-from gcurun.runtime.torch import adasum
-from gcurun.runtime.torch.handles import register
-from gcurun.runtime.torch.process_sets import ProcessSet, target
-from gcurun.runtime.torch.tensors import stage, to_tensor, write_back
+from gcurun.runtime.torch.tensors import Staged, to_tensor, write_back
 
 Tensors = Sequence[torch.Tensor]
 
@@ -33,28 +29,12 @@ def as_tensors(results: Sequence[np.ndarray], like: Tensors) -> list[torch.Tenso
     return [to_tensor(result, t) for result, t in zip(results, like, strict=True)]
 
 
-# -- starting the ops that other ops' backward passes use --------------------------------
-
-
-def start_allreduce(tensor: torch.Tensor, inplace: bool, name: str | None, op: Any,
-                    pre: float, post: float, process_set: ProcessSet) -> int:
-    where = target(process_set)
-    name = tensor_name("allreduce", name)
-    if op == Adasum:
-        return adasum.allreduce_async(tensor, inplace, name, pre, post, where)
-    staged = stage(tensor, "allreduce")
+def finisher(staged: Staged, *, inplace: bool) -> tuple[bool, Callable[[Any], torch.Tensor]]:
+    """Whether the engine may write into ``staged``'s host array, and how its result
+    becomes the torch result: written back into the caller's tensor (``inplace``), or a
+    new tensor (a private host copy is reduced in place, saving the engine a buffer)."""
     if inplace:
-        work = where.allreduce(staged.array, True, op, pre, post, name)
-        return register(work, lambda _: write_back(staged), staged)
-    if staged.copied:         # the host copy is private: reduce it in place
-        work = where.allreduce(staged.array, True, op, pre, post, name)
-        return register(work, lambda _: to_tensor(staged.array, tensor), staged)
-    work = where.allreduce(staged.array, False, op, pre, post, name)
-    return register(work, lambda result: to_tensor(result, tensor), staged)
-
-
-def start_allgather(tensor: torch.Tensor, name: str | None,
-                    process_set: ProcessSet) -> int:
-    staged = stage(tensor, "allgather")
-    work = target(process_set).allgather(staged.array, tensor_name("allgather", name))
-    return register(work, lambda result: to_tensor(result, tensor), staged)
+        return True, lambda _: write_back(staged)
+    if staged.copied:
+        return True, lambda _: to_tensor(staged.array, staged.tensor)
+    return False, lambda result: to_tensor(result, staged.tensor)

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from gcurun.runtime.torch.handles import Work, register
 from gcurun.runtime.torch.tensors import stage, to_tensor, write_back
 
 
@@ -41,10 +40,11 @@ def tree(rows: list[np.ndarray]) -> np.ndarray:
     return rows[0]
 
 
-def work(tensor: torch.Tensor, inplace: bool, pre: float, post: float, where: Any,
-         name: str | None = None) -> tuple[Work, Callable[[Any], torch.Tensor], Any]:
-    """The gather of ``tensor``, how to turn it into the Adasum result, and what must
-    stay alive until then."""
+def prepare(tensor: torch.Tensor, *, inplace: bool, pre: float, post: float
+            ) -> tuple[np.ndarray, Callable[[np.ndarray], torch.Tensor], Any]:
+    """The row to gather from every rank, how to turn the gathered rows into the Adasum
+    result, and what must stay alive until then. Raises TypeError for a tensor that is
+    not floating-point."""
     if not (tensor.dtype.is_floating_point):
         raise TypeError(f"op=Adasum needs a floating-point tensor, not {tensor.dtype}; use "
                         "Sum or Average for integers")
@@ -52,7 +52,6 @@ def work(tensor: torch.Tensor, inplace: bool, pre: float, post: float, where: An
     flat = staged.array.reshape(1, -1)
     if pre != 1.0:
         flat = flat * pre
-    gathered = where.allgather(flat, name)
 
     def finish(result: np.ndarray) -> torch.Tensor:
         reduced = tree(list(result)).reshape(staged.array.shape)
@@ -63,10 +62,4 @@ def work(tensor: torch.Tensor, inplace: bool, pre: float, post: float, where: An
             return write_back(staged)
         return to_tensor(reduced, tensor)
 
-    return gathered, finish, (staged, flat)
-
-
-def allreduce_async(tensor: torch.Tensor, inplace: bool, name: str | None, pre: float,
-                    post: float, where: Any) -> int:
-    gathered, finish, keep = work(tensor, inplace, pre, post, where, name)
-    return register(gathered, finish, keep)
+    return flat, finish, (staged, flat)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import gcurun.runtime as runtime
-from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
+from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, member_set
 
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Return once every rank (of ``process_set``) has called barrier."""
-    target(process_set).barrier()
+    runtime.barrier(process_set=member_set(process_set, "barrier"))
 
 
 def join(device: int = -1) -> int:

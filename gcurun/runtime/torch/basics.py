@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import gcurun.runtime as runtime
-from gcurun.runtime.torch import handles
 from gcurun.runtime.torch.process_sets import ProcessSet, add_process_set
 
 rank = runtime.rank
@@ -35,7 +34,6 @@ def init(comm: Any = None,
     later). A second call without ``shutdown()`` does nothing."""
     if runtime.is_initialized():
         return
-    handles.reset()
     runtime.init(comm)
     _register(process_sets)
 
@@ -53,7 +51,6 @@ def _register(sets: str | Sequence[ProcessSet | Sequence[int]] | None) -> None:
 def shutdown() -> None:
     """Leave the job: close process sets, forget pending handles, release connections.
     ``init()`` may join again afterwards."""
-    handles.reset()
     runtime.shutdown()
 
 

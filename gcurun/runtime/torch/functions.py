@@ -10,7 +10,7 @@ import torch
 
 import gcurun.runtime as runtime
 from gcurun.runtime.torch.mpi_ops import broadcast_async_, synchronize
-from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
+from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, member_set
 
 
 def broadcast_parameters(params: Mapping[str, Any] | Iterable[Any], root_rank: int,
@@ -36,13 +36,15 @@ def broadcast_parameters(params: Mapping[str, Any] | Iterable[Any], root_rank: i
 def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> Any:
     """``root_rank``'s Python object (pickled) on every rank."""
-    return target(process_set).broadcast_object(obj, root_rank, name)
+    return runtime.broadcast_object(obj, root_rank, name=name,
+                                    process_set=member_set(process_set, "broadcast_object"))
 
 
 def allgather_object(obj: Any, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> list[Any]:
     """Every rank's Python object (pickled), as a list in rank order."""
-    return target(process_set).allgather_object(obj, name)
+    return runtime.allgather_object(obj, name=name,
+                                    process_set=member_set(process_set, "allgather_object"))
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
@@ -92,7 +94,7 @@ def _zero_missing_grads(params: list[torch.Tensor]) -> None:
 
 
 def _is_root(root_rank: int, process_set: ProcessSet) -> bool:
-    target(process_set)                  # refuses sets this rank is not a member of
+    member_set(process_set, "broadcast_optimizer_state")
     return runtime.rank() == root_rank
 
 

@@ -9,17 +9,12 @@ import numpy as np
 import torch
 
 from gcurun.runtime import Average
-from gcurun.runtime.torch._common import (
-    Tensors,
-    as_tensors,
-    start_allgather,
-    start_allreduce,
-    tensor_name,
-    wants_grad,
-)
-from gcurun.runtime.torch.allreduce_ops import grouped_allreduce_async
-from gcurun.runtime.torch.handles import register, synchronize
-from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
+from gcurun.runtime.frontend.async_ops import submit
+from gcurun.runtime.frontend.build import allgather_op, alltoall_op, group_names
+from gcurun.runtime.torch._common import Tensors, as_tensors, tensor_name, wants_grad
+from gcurun.runtime.torch.allreduce_ops import _allreduce_async, grouped_allreduce_async
+from gcurun.runtime.torch.handles import synchronize
+from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set
 from gcurun.runtime.torch.tensors import stage, to_tensor
 
 # -- allgather ---------------------------------------------------------------------------
@@ -29,7 +24,16 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None,
                     process_set: ProcessSet = global_process_set) -> int:
     """Start concatenating every rank's ``tensor`` along the first dimension (which may
     differ between ranks), in rank order."""
-    return start_allgather(tensor, name, process_set)
+    return _allgather_async(tensor, name=name, process_set=process_set)
+
+
+def _allgather_async(tensor: torch.Tensor, *, name: str | None,
+                     process_set: ProcessSet | None) -> int:
+    """The one start of a torch allgather (also of other ops' backward passes)."""
+    staged = stage(tensor, "allgather")
+    array, name = staged.array, tensor_name("allgather", name)
+    return submit(process_set, "allgather_async", lambda e: [allgather_op(e, array, name=name)],
+                  finish=lambda result: to_tensor(result, tensor), keep=staged)
 
 
 def _my_rows(rows: torch.Tensor, process_set: ProcessSet) -> tuple[int, int]:
@@ -48,14 +52,14 @@ class HorovodAllgather(torch.autograd.Function):
                 process_set: ProcessSet) -> torch.Tensor:
         ctx.rows = tensor.shape[0]
         ctx.process_set = process_set
-        return synchronize(start_allgather(tensor, name, process_set))
+        return synchronize(_allgather_async(tensor, name=name, process_set=process_set))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        reduced = synchronize(start_allreduce(grad.contiguous(), False, None, Average, 1.0,
-                                              1.0, ctx.process_set))
-        rows = synchronize(start_allgather(torch.tensor([ctx.rows], dtype=torch.int64), None,
-                                           ctx.process_set))
+        reduced = synchronize(_allreduce_async(grad.contiguous(), inplace=False, name=None,
+                                               op=Average, process_set=ctx.process_set))
+        rows = synchronize(_allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
+                                            name=None, process_set=ctx.process_set))
         start, count = _my_rows(rows, ctx.process_set)
         return reduced.narrow(0, start, count), None, None
 
@@ -65,7 +69,7 @@ def allgather(tensor: torch.Tensor, name: str | None = None,
     """Every rank's ``tensor`` concatenated along the first dimension, in rank order."""
     if wants_grad(tensor):
         return HorovodAllgather.apply(tensor, name, process_set)
-    return synchronize(start_allgather(tensor, name, process_set))
+    return synchronize(_allgather_async(tensor, name=name, process_set=process_set))
 
 
 def grouped_allgather_async(tensors: Tensors, name: str | None = None,
@@ -73,9 +77,15 @@ def grouped_allgather_async(tensors: Tensors, name: str | None = None,
     """Start :func:`allgather` of every tensor of a list, as one op."""
     tensors = list(tensors)
     staged = [stage(t, "grouped_allgather") for t in tensors]
-    work = target(process_set).grouped_allgather([s.array for s in staged],
-                                                 tensor_name("allgather", name))
-    return register(work, lambda results: as_tensors(results, tensors), staged)
+    arrays, base = [s.array for s in staged], tensor_name("allgather", name)
+
+    def ops(engine: Any) -> list[Any]:
+        names = group_names(engine, base, "grouped_allgather", len(arrays))
+        return [allgather_op(engine, a, name=n, auto=base is None)
+                for a, n in zip(arrays, names, strict=True)]
+
+    return submit(process_set, "grouped_allgather_async", ops, grouped=True,
+                  finish=lambda results: as_tensors(results, tensors), keep=staged)
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
@@ -94,8 +104,8 @@ class HorovodGroupedAllgather(torch.autograd.Function):
         reduced = synchronize(grouped_allreduce_async([g.contiguous() for g in grads],
                                                       op=Average,
                                                       process_set=ctx.process_set))
-        rows = synchronize(start_allgather(torch.tensor([ctx.rows], dtype=torch.int64), None,
-                                           ctx.process_set))
+        rows = synchronize(_allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
+                                            name=None, process_set=ctx.process_set))
         mine = [_my_rows(rows[:, i], ctx.process_set) for i in range(len(ctx.rows))]
         return (None, None, *[r.narrow(0, start, count)
                               for r, (start, count) in zip(reduced, mine, strict=True)])
@@ -127,14 +137,14 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
     j (without splits: the first dimension divided evenly). :func:`synchronize` returns
     (the rows received from every rank in rank order, how many came from each)."""
     staged = stage(tensor, "alltoall")
-    work = target(process_set).alltoall(staged.array, _splits_array(splits),
-                                        tensor_name("alltoall", name))
+    array, sends, name = staged.array, _splits_array(splits), tensor_name("alltoall", name)
 
     def finish(result: tuple[np.ndarray, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
         output, received = result
         return to_tensor(output, tensor), torch.from_numpy(np.asarray(received, np.int32))
 
-    return register(work, finish, staged)
+    return submit(process_set, "alltoall_async", lambda e: [alltoall_op(
+        e, array, splits=sends, name=name)], finish=finish, keep=staged)
 
 
 class HorovodAlltoall(torch.autograd.Function):

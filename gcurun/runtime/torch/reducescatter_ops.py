@@ -8,17 +8,13 @@ from typing import Any
 import torch
 
 from gcurun.runtime import Average, Sum
-from gcurun.runtime.torch._common import (
-    Tensors,
-    as_tensors,
-    start_allgather,
-    tensor_name,
-    wants_grad,
-)
+from gcurun.runtime.frontend.async_ops import submit
+from gcurun.runtime.frontend.build import group_names, reducescatter_op
+from gcurun.runtime.torch._common import Tensors, as_tensors, tensor_name, wants_grad
 from gcurun.runtime.torch.compression import Compression, Compressor
-from gcurun.runtime.torch.gather_scatter_ops import grouped_allgather_async
-from gcurun.runtime.torch.handles import register, synchronize
-from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set, target
+from gcurun.runtime.torch.gather_scatter_ops import _allgather_async, grouped_allgather_async
+from gcurun.runtime.torch.handles import synchronize
+from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set
 from gcurun.runtime.torch.tensors import stage, to_tensor
 
 
@@ -28,10 +24,10 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any =
     """Start reducing ``tensor`` over the ranks, each keeping its share of the first
     dimension (split as evenly as possible, lower ranks taking one row more)."""
     staged = stage(tensor, "reducescatter")
-    work = target(process_set).reducescatter(staged.array, op, prescale_factor,
-                                             postscale_factor,
-                                             tensor_name("reducescatter", name))
-    return register(work, lambda result: to_tensor(result, tensor), staged)
+    array, name = staged.array, tensor_name("reducescatter", name)
+    return submit(process_set, "reducescatter_async", lambda e: [reducescatter_op(
+        e, array, op=op, prescale=prescale_factor, postscale=postscale_factor, name=name)],
+        finish=lambda result: to_tensor(result, tensor), keep=staged)
 
 
 def _gradient_scale(op: Any, process_set: ProcessSet, pre: float, post: float) -> float:
@@ -57,7 +53,8 @@ class HorovodReducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        gathered = synchronize(start_allgather(grad.contiguous(), None, ctx.process_set))
+        gathered = synchronize(_allgather_async(grad.contiguous(), name=None,
+                                                process_set=ctx.process_set))
         return gathered * ctx.scale, None, None, None, None, None
 
 
@@ -83,10 +80,16 @@ def grouped_reducescatter_async(tensors: Tensors, name: str | None = None, op: A
     """Start :func:`reducescatter` of every tensor of a list, as one op."""
     tensors = list(tensors)
     staged = [stage(t, "grouped_reducescatter") for t in tensors]
-    work = target(process_set).grouped_reducescatter(
-        [s.array for s in staged], op, prescale_factor, postscale_factor,
-        tensor_name("reducescatter", name))
-    return register(work, lambda results: as_tensors(results, tensors), staged)
+    arrays, base = [s.array for s in staged], tensor_name("reducescatter", name)
+
+    def ops(engine: Any) -> list[Any]:
+        names = group_names(engine, base, "grouped_reducescatter", len(arrays))
+        return [reducescatter_op(engine, a, op=op, prescale=prescale_factor,
+                                 postscale=postscale_factor, name=n, auto=base is None)
+                for a, n in zip(arrays, names, strict=True)]
+
+    return submit(process_set, "grouped_reducescatter_async", ops, grouped=True,
+                  finish=lambda results: as_tensors(results, tensors), keep=staged)
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):

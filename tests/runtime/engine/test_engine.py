@@ -16,8 +16,8 @@ from tests.runtime.engines import run_engines
 
 
 def allreduce(engine: Engine, x: np.ndarray, name: str | None, inplace: bool = False) -> int:
-    return engine.submit([ops.allreduce_op(engine, x, ReduceOp.SUM, 1.0, 1.0, name,
-                                           inplace)])
+    return engine.submit([ops.allreduce_op(engine, x, op=ReduceOp.SUM, name=name,
+                                           inplace=inplace)])
 
 
 @pytest.mark.parametrize("size", [2, 3])
@@ -122,9 +122,9 @@ def test_a_joined_rank_keeps_the_names_of_unnamed_ops_in_step() -> None:
                 assert reduced.tolist() == [engine.size - 1] * 2
                 with pytest.raises(ArgumentError, match="called join"):
                     engine.synchronize(engine.submit([ops.allgather_op(
-                        engine, np.ones(1), None)]))
+                        engine, np.ones(1), name=None)]))
             engine.synchronize(engine.submit([engine.join_op()]))
-            handle = engine.submit([ops.allgather_op(engine, np.full(1, engine.rank), None)])
+            handle = engine.submit([ops.allgather_op(engine, np.full(1, engine.rank), name=None)])
             gathered.append(engine.synchronize(handle).tolist())
         return gathered
 

@@ -96,7 +96,8 @@ def test_tiny_async_ops_complete_in_the_negotiation() -> None:
             if step == 1:
                 since = len(engine.t.sent)  # type: ignore[attr-defined]
             handle = engine.submit([ops.allreduce_op(engine, np.full(3, r + 1.0),
-                                                     ReduceOp.SUM, 2.0, 0.25, "a", False)])
+                                                     op=ReduceOp.SUM, prescale=2.0,
+                                                     postscale=0.25, name="a")])
             got.append(engine.synchronize(handle).tolist())
         return data_messages(engine, since), got
 
@@ -113,16 +114,16 @@ def test_a_quick_cycle_falls_back_when_the_peer_has_other_work() -> None:
         comm = Collectives(engine)
         r = engine.rank
         engine.synchronize(engine.submit([ops.allreduce_op(
-            engine, np.ones(2), ReduceOp.SUM, 1.0, 1.0, "other", False)]))   # cached now
+            engine, np.ones(2), op=ReduceOp.SUM, name="other")]))   # cached now
         held = None
         if r == 1:
-            held = engine.submit([ops.allreduce_op(engine, np.full(2, 5.0), ReduceOp.SUM,
-                                                   1.0, 1.0, "other", False)])
+            held = engine.submit([ops.allreduce_op(engine, np.full(2, 5.0), op=ReduceOp.SUM,
+                                                   name="other")])
         sums = [float(comm.allreduce(np.full(1, float(step + r)), ReduceOp.SUM,
                                      name="s")[0]) for step in range(20)]
         if r == 0:
-            held = engine.submit([ops.allreduce_op(engine, np.full(2, 7.0), ReduceOp.SUM,
-                                                   1.0, 1.0, "other", False)])
+            held = engine.submit([ops.allreduce_op(engine, np.full(2, 7.0), op=ReduceOp.SUM,
+                                                   name="other")])
         assert held is not None
         assert engine.synchronize(held).tolist() == [12.0, 12.0]
         return sums
@@ -146,8 +147,8 @@ def test_quick_allreduces_of_names_taking_turns() -> None:
                 if not np.array_equal(got, np.full(shape, 2 * step + 1, dtype)):
                     problems.append(f"{name} step {step}: {got!r}")
             if step % 10 == 5:
-                handle = engine.submit([ops.allreduce_op(engine, np.ones(2), ReduceOp.SUM,
-                                                         1.0, 1.0, "between", False)])
+                handle = engine.submit([ops.allreduce_op(engine, np.ones(2), op=ReduceOp.SUM,
+                                                         name="between")])
                 if engine.synchronize(handle).tolist() != [2.0, 2.0]:
                     problems.append(f"between at step {step}")
         return problems, engine.controller.quick_cycles
@@ -167,8 +168,8 @@ def test_the_stall_inspector_looks_during_a_stream_of_quick_cycles() -> None:
         r = engine.rank
         late = np.ones(1000)        # too large to ride in the block
         comm.allreduce(late, ReduceOp.SUM, name="late")     # cached now
-        held = engine.submit([ops.allreduce_op(engine, late, ReduceOp.SUM, 1.0, 1.0,
-                                               "late", False)]) if r == 1 else None
+        held = engine.submit([ops.allreduce_op(engine, late, op=ReduceOp.SUM,
+                                               name="late")]) if r == 1 else None
         quick, flags = engine.controller.quick_cycles, np.zeros(2)
         deadline = time.monotonic() + 20
         while not flags.any():      # both ranks stop after the same call
@@ -177,8 +178,8 @@ def test_the_stall_inspector_looks_during_a_stream_of_quick_cycles() -> None:
             comm.allreduce(flags, ReduceOp.MAX, name="flags", inplace=True)
         missing = engine.controller.missing.get("late")
         if r == 0:
-            held = engine.submit([ops.allreduce_op(engine, late, ReduceOp.SUM, 1.0, 1.0,
-                                                   "late", False)])
+            held = engine.submit([ops.allreduce_op(engine, late, op=ReduceOp.SUM,
+                                                   name="late")])
         assert held is not None
         assert engine.synchronize(held).tolist() == [2.0] * 1000
         return missing, engine.controller.quick_cycles - quick
@@ -231,7 +232,7 @@ def test_unnamed_async_ops_beyond_the_names_wait_their_turn() -> None:
     def body(engine: Engine) -> list[list[float]]:
         r = engine.rank
         handles = [engine.submit([ops.allreduce_op(engine, np.full(2, float(i + r)),
-                                                   ReduceOp.SUM, 1.0, 1.0, None, False)])
+                                                   op=ReduceOp.SUM)])
                    for i in range(count)]
         return [engine.synchronize(h).tolist() for h in handles]
 

@@ -44,6 +44,7 @@ from gcurun.runtime.tensorflow.basics import (
 )
 from gcurun.runtime.tensorflow.compression import Compression
 from gcurun.runtime.tensorflow.functions import allgather_object, broadcast_object
+from gcurun.runtime.tensorflow.functions import broadcast_global_variables as _bcast_globals
 from gcurun.runtime.tensorflow.keras import callbacks, elastic
 from gcurun.runtime.tensorflow.keras._which import keras as _keras
 from gcurun.runtime.tensorflow.keras.optimizer import (
@@ -51,7 +52,6 @@ from gcurun.runtime.tensorflow.keras.optimizer import (
     keras_optimizer_class,
 )
 from gcurun.runtime.tensorflow.mpi_ops import Adasum, Average, Max, Min, Product, Sum
-from gcurun.runtime.tensorflow.optimizer import broadcast_global_variables as _bcast_globals
 from gcurun.runtime.tensorflow.process_sets import (
     ProcessSet,
     add_process_set,

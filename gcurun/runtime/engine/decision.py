@@ -14,7 +14,7 @@ class ProtocolError(CollectiveError):
 
 
 @dataclass
-class Outcome:
+class CycleDecision:
     """What one cycle decided, the same on every rank."""
 
     ready: list[Agreed] = field(default_factory=list)       # in execution order
