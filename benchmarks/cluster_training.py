@@ -44,9 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -67,13 +65,15 @@ from benchmarks.cluster_allreduce import (  # noqa: E402
     parse_layouts,
     prepare_cluster,
 )
+from benchmarks.cluster_training_rank import (  # noqa: E402
+    BATCH,
+)
 
 MODELS = ("mlp", "resnet18-narrow", "keras-mlp")
 BACKENDS = ("tcp", "mpi")
 PEER = {"mlp": "ddp", "resnet18-narrow": "ddp", "keras-mlp": "mwms"}
 JOB_VARIANTS = {"torch": ("gcurun-tcp", "ddp", "floor"),
                 "keras": ("gcurun-tcp", "mwms", "floor")}
-BATCH = {"mlp": 64, "resnet18-narrow": 32, "keras-mlp": 64}
 RANK_FLAG = "--rank-of"
 # Issue 31's goals (a benchmark's, never a test's): gcurun's step over its peer's.
 LINK_GOAL = 0.95            # 2 x 1 and 4 x 1: the link decides, both move the same bytes
@@ -362,20 +362,6 @@ def main(argv: Sequence[str]) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(as_json(results, alone), indent=1) + "\n")
     return 0
-
-
-def shuffled(variants: Sequence[str], round_: int) -> list[str]:
-    """The order of a round's turns, the same on every rank."""
-    order = list(variants)
-    random.Random(round_).shuffle(order)
-    return order
-
-
-def bridge_address(peer: str) -> str:
-    """This host's address on the route to ``peer`` (no packet is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.connect((peer, 9))
-        return str(sock.getsockname()[0])
 
 
 if __name__ == "__main__":

@@ -12,12 +12,33 @@ import argparse
 import copy
 import json
 import os
+import random
+import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# Per-rank batch of each model; the driver reports samples per second from it.
+BATCH = {"mlp": 64, "resnet18-narrow": 32, "keras-mlp": 64}
+
+
+def shuffled(variants: Sequence[str], round_: int) -> list[str]:
+    """The order of a round's turns, the same on every rank."""
+    order = list(variants)
+    random.Random(round_).shuffle(order)
+    return order
+
+
+def bridge_address(peer: str) -> str:
+    """This host's address on the route to ``peer`` (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect((peer, 9))
+        return str(sock.getsockname()[0])
+
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -45,8 +66,6 @@ def main(argv: list[str]) -> int:
 def measure(variants: list[str], runs: dict[str, Callable[[], Any]], timed: Callable,
             args: argparse.Namespace) -> dict[str, list[float]]:
     """Every round, each variant's turn in the round's order: ``timed(run)`` seconds."""
-    from benchmarks.cluster_training import shuffled
-
     times: dict[str, list[float]] = {v: [] for v in variants}
     for round_ in range(args.rounds):
         for name in shuffled(variants, round_):
@@ -67,7 +86,6 @@ def torch_rank(args: argparse.Namespace, variants: list[str]) -> None:
 
     import gcurun.runtime as runtime
     import gcurun.runtime.torch as hvd
-    from benchmarks.cluster_training import BATCH
     from benchmarks.torch_ddp import _init_gloo, _timed
 
     sys.path.insert(0, str(ROOT / "examples"))
@@ -128,7 +146,6 @@ def keras_rank(args: argparse.Namespace, variants: list[str]) -> None:
     import time
 
     import gcurun.runtime as runtime
-    from benchmarks.cluster_training import BATCH, bridge_address
     from benchmarks.tf_keras import _free_port, build_mlp
 
     runtime.init()

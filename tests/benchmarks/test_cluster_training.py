@@ -18,8 +18,8 @@ from benchmarks.cluster_training import (
     format_table,
     parse_args,
     parse_models,
-    shuffled,
 )
+from benchmarks.cluster_training_rank import shuffled
 from tests.cluster.netns import unavailable_reason
 from tests.helpers import ROOT
 

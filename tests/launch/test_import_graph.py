@@ -12,12 +12,6 @@ import gcurun
 PACKAGE = Path(gcurun.__file__).parent
 # The pipelines above prepare and execute: they call them, as the CLI does.
 CALLERS = {"gcurun.launch.library", "gcurun.launch.elastic"}
-# Cycles outside the launch layer, each fixed on its own line of work (issue 26, points 2
-# and 3); the list only shrinks.
-KNOWN_ELSEWHERE = {
-    frozenset({"gcurun.runtime.frontend.state", "gcurun.runtime.elastic.membership"}),
-    frozenset({"gcurun.runtime.tensorflow.keras", "gcurun.runtime.tensorflow.optimizer"}),
-}
 
 
 def module_name(path: Path) -> str:
@@ -89,8 +83,8 @@ def test_nothing_below_prepare_and_execute_imports_them():
     assert back == []
 
 
-def test_no_import_cycle_in_gcurun_but_those_fixed_elsewhere():
-    assert cycles(import_graph()) - KNOWN_ELSEWHERE == set()
+def test_no_import_cycle_anywhere_in_gcurun():
+    assert cycles(import_graph()) == set()
 
 
 def test_no_import_cycle_in_the_launch_layer():
