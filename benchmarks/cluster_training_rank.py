@@ -82,11 +82,10 @@ def write(args: argparse.Namespace, params: int, backend: str, size: int,
 def torch_rank(args: argparse.Namespace, variants: list[str]) -> None:
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
 
     import gcurun.runtime as runtime
     import gcurun.runtime.torch as hvd
-    from benchmarks.torch_ddp import _init_gloo, _timed
+    from benchmarks.torch_ddp import _init_gloo, _timed, sgd_step
 
     sys.path.insert(0, str(ROOT / "examples"))
     from pytorch_synthetic_benchmark import MODELS, synthetic_batch
@@ -103,11 +102,7 @@ def torch_rank(args: argparse.Namespace, variants: list[str]) -> None:
         return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
-        def run() -> None:
-            optimizer.zero_grad()
-            F.cross_entropy(model(data), target).backward()
-            optimizer.step()
-        return run
+        return sgd_step(model, optimizer, data, target)
 
     runs: dict[str, Callable[[], None]] = {}
     for name in variants:
@@ -146,7 +141,7 @@ def keras_rank(args: argparse.Namespace, variants: list[str]) -> None:
     import time
 
     import gcurun.runtime as runtime
-    from benchmarks.tf_keras import _free_port, build_mlp
+    from benchmarks.tf_keras import _free_port, build_mlp, keras_trainer
 
     runtime.init()
     if "mwms" in variants:
@@ -171,15 +166,7 @@ def keras_rank(args: argparse.Namespace, variants: list[str]) -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch, 784)).astype(np.float32)
     y = rng.integers(0, 10, batch)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    def trainer(model: Any, optimizer: Any) -> Any:
-        def step(xs: Any, ys: Any) -> None:
-            with tf.GradientTape() as tape:
-                loss = loss_fn(ys, model(xs, training=True))
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return step
+    trainer = keras_trainer(tf, keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
     keras.utils.set_random_seed(0)
     first = build_mlp(keras, hidden)

@@ -75,6 +75,19 @@ def build_mlp(keras: Any, hidden: int) -> Any:
                              keras.layers.Dense(10)])
 
 
+def keras_trainer(tf: Any, loss_fn: Any) -> Any:
+    """``trainer(model, optimizer)``: one training step of ``model`` on ``(xs, ys)``
+    through a gradient tape (for ``tf.function`` or eager use)."""
+    def trainer(model: Any, optimizer: Any) -> Any:
+        def step(xs: Any, ys: Any) -> None:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(ys, model(xs, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return step
+    return trainer
+
+
 def run_rank(args: argparse.Namespace) -> None:
     import gcurun.runtime as runtime
 
@@ -99,15 +112,7 @@ def run_rank(args: argparse.Namespace) -> None:
     def build() -> Any:
         return build_mlp(keras, args.hidden)
 
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    def trainer(model: Any, optimizer: Any) -> Any:
-        def step(xs: Any, ys: Any) -> None:
-            with tf.GradientTape() as tape:
-                loss = loss_fn(ys, model(xs, training=True))
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return step
+    trainer = keras_trainer(tf, keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
     keras.utils.set_random_seed(0)
     alone = build()

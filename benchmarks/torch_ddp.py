@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER_VARIABLES = ("GCURUN_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK")
@@ -88,10 +89,20 @@ def _free_port() -> int:
 # -- one rank ------------------------------------------------------------------------------
 
 
+def sgd_step(model: Any, optimizer: Any, data: Any, target: Any) -> Callable[[], None]:
+    """One training step of ``model`` on the fixed batch, as ``run()``."""
+    import torch.nn.functional as F
+
+    def run() -> None:
+        optimizer.zero_grad()
+        F.cross_entropy(model(data), target).backward()
+        optimizer.step()
+    return run
+
+
 def run_rank(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
 
     import gcurun.runtime as runtime
     import gcurun.runtime.torch as hvd
@@ -116,11 +127,7 @@ def run_rank(args: argparse.Namespace) -> None:
     alone_opt = torch.optim.SGD(alone.parameters(), lr=0.01, momentum=0.9)
 
     def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
-        def run() -> None:
-            optimizer.zero_grad()
-            F.cross_entropy(model(data), target).backward()
-            optimizer.step()
-        return run
+        return sgd_step(model, optimizer, data, target)
 
     variants = {"gcurun": step(ours, opt), "ddp": step(ddp, ddp_opt),
                 "no communication": step(alone, alone_opt)}
