@@ -130,9 +130,8 @@ def mpi_operator_allocation(env: Mapping[str, str], read: ReadText,
     if not in_launcher_pod(env):
         return None
     path, named_by = hostfile_path(env)
-    text = _read(path, named_by if named_by != "K_MPI_JOB_ROLE" else "the MPI Operator's "
-                 "hostfile", read, "the MPI Operator mounts it in the launcher pod; run "
-                 "gcurun in the launcher's container")
+    text = _read(path, named_by, read, "the MPI Operator mounts it in the launcher pod; "
+                 "run gcurun in the launcher's container")
     launcher = parse_operator(env, text)
     script = launcher.discovery_script if os.access(launcher.discovery_script, os.X_OK) \
         else None

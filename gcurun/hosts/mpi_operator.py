@@ -63,12 +63,12 @@ def in_launcher_pod(env: Mapping[str, str]) -> bool:
 
 
 def hostfile_path(env: Mapping[str, str]) -> tuple[str, str]:
-    """The hostfile the operator gave and what named it: the first hostfile variable
-    set, else ``/etc/mpi/hostfile`` (named by the operator's convention)."""
+    """The hostfile the operator gave and how a message names it: the first hostfile
+    variable set, else ``/etc/mpi/hostfile``, where the operator mounts it."""
     for name in HOSTFILE_VARIABLES:
         if env.get(name, "").strip():
             return env[name].strip(), name
-    return DEFAULT_HOSTFILE, ROLE_VARIABLE
+    return DEFAULT_HOSTFILE, "the MPI Operator's hostfile"
 
 
 def slots_per_worker(env: Mapping[str, str]) -> int | None:

@@ -184,3 +184,15 @@ def test_an_elastic_job_in_a_launcher_pod_uses_the_operators_discovery_script(tm
 def test_a_malformed_allocation_is_a_usage_error():
     with pytest.raises(UsageError):
         resolve_settings({}, None, {"LSB_JOBID": "1", "LSB_MCPU_HOSTS": "a"})
+
+
+def test_a_launcher_whose_hostfile_is_missing_is_told_where_the_operator_mounts_it():
+    with pytest.raises(HostSpecError) as info:
+        find({"K_MPI_JOB_ROLE": "launcher", "HYDRA_HOST_FILE": "/etc/mpi/gone"})
+    assert str(info.value) == (
+        "HYDRA_HOST_FILE '/etc/mpi/gone' cannot be read: No such file or directory; the MPI "
+        "Operator mounts it in the launcher pod; run gcurun in the launcher's container")
+    with pytest.raises(HostSpecError, match="^the MPI Operator's hostfile '/etc/mpi/hostfile' "
+                                            "cannot be read"):
+        find_allocation({"K_MPI_JOB_ROLE": "launcher"}, lambda path: read(path + ".gone"),
+                        no_jsrun)
