@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the test suite needs on a fresh Debian/Ubuntu machine (as root), then run it.
 #   system: openssh-server (sshd for the namespace hosts), iproute2 (ip netns), numactl,
-#           slurm-wlm and munge (a Slurm on the namespace hosts), libpmix-dev (srun --mpi=pmix)
+#           slurm-wlm and munge (a Slurm on the namespace hosts), libpmix-dev (srun --mpi=pmix),
+#           gridengine-master/-exec/-client (a one-host Grid Engine for the long tests)
 #   python: gcurun with its dev and tensorflow extras (pytest, pytest-timeout, ruff, mypy;
 #           tensorflow-cpu, with Keras 3; tf-keras, Keras 2), torch 2.13.0 (CPU), paddlepaddle 3.3.1 (CPU) and
 #           jax 0.10.2 (their distributed modes under gcurun), ray 2.60.0 (gcurun.ray)
@@ -9,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     missing=""
-    for tool in sshd:openssh-server ip:iproute2 numactl:numactl slurmd:slurm-wlm munged:munge; do
+    for tool in sshd:openssh-server ip:iproute2 numactl:numactl slurmd:slurm-wlm munged:munge \
+                sge_qmaster:gridengine-master sge_execd:gridengine-exec qsub:gridengine-client; do
         command -v "${tool%%:*}" >/dev/null || [ -x "/usr/sbin/${tool%%:*}" ] \
             || missing="$missing ${tool#*:}"
     done

@@ -1,4 +1,4 @@
-"""Entry point: ``gcurun [OPTIONS] COMMAND...`` runs a job; ``gcurun check|bench|timeline``
+"""Entry point: ``gcurun [OPTIONS] COMMAND...`` runs a job; ``gcurun check|bench|timeline|k8s``
 are subcommands. One boundary turns gcurun's errors into messages and exit codes."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("gcurun.cli.check", "check"),
     "bench": ("gcurun.cli.bench", "bench"),
     "timeline": ("gcurun.cli.timeline", "timeline"),
+    "k8s": ("gcurun.cli.k8s", "k8s"),
 }
 
 

@@ -3,12 +3,16 @@
 Precedence, per dotted key: CLI > profile > ``GCURUN_*`` environment > defaults. The
 environment layer also reads Horovod's names for the runtime knobs (``HOROVOD_CYCLE_TIME``
 ...), below the ``GCURUN_*`` ones. ``Settings.sources`` records the winner of every key as
-``cli``, ``profile:<file>:<line>``, ``env:<VAR>``, ``slurm`` or ``default``.
+``cli``, ``profile:<file>:<line>``, ``env:<VAR>``, an allocation's label (``slurm``,
+``gridengine:PE_HOSTFILE``, ``lsf:LSB_MCPU_HOSTS``, ``mpi-operator:/etc/mpi/hostfile``)
+or ``default``.
 
-Inside a Slurm allocation (``salloc``, an ``sbatch`` script) where no layer names hosts,
-the allocation does: its hosts with their task counts as slots, and ``np`` (unless a
-layer gives it) its task count, both with the source ``slurm``. A process of an srun
-step (gcurun run by srun) cannot know the allocation's layout and is refused.
+Inside an allocation (a Slurm ``salloc`` or ``sbatch`` script, a Grid Engine parallel job,
+an LSF job, an MPI Operator launcher pod; :mod:`gcurun.hosts.allocation` asks them in
+order) where no layer names hosts, the allocation does: its hosts with their task counts
+as slots, and ``np`` (unless a layer gives it) its task count, both with the allocation's
+label. A process of an srun step (gcurun run by srun) cannot know the allocation's layout
+and is refused.
 
 Three keys combine layers instead of replacing them: ``env`` is merged per variable (each
 ``env.NAME`` has its own source), ``forward_env`` is the union of the profile's and the
@@ -147,7 +151,7 @@ def resolve_settings(cli: Mapping[str, Any], profile: Profile | None,
             sources[key.path] = layer.label(key.path)
     _choose_hosts(layers, chosen, sources)
     if sources["hosts"] == "default":
-        _hosts_from_slurm(environ, chosen, sources)
+        _hosts_from_allocation(environ, chosen, sources)
     if chosen.get("hostfile") is not None and chosen.get("hosts") is None:
         chosen["hosts"] = _hosts_from_file(chosen["hostfile"], sources["hostfile"],
                                            read_hostfile)
@@ -361,20 +365,35 @@ def _choose_hosts(layers: Iterable[_Layer], chosen: dict[str, Any],
     sources["hosts"] = sources["hostfile"] = "default"
 
 
-def _hosts_from_slurm(environ: Mapping[str, str], chosen: dict[str, Any],
-                      sources: dict[str, str]) -> None:
-    """The allocation's hosts (and task count, when no layer set ``np``), if ``environ``
-    is that of a Slurm allocation. Raises HostSpecError inside a step."""
-    from gcurun.hosts.slurm import SLURM_SOURCE, parse_slurm_environment
+def _hosts_from_allocation(environ: Mapping[str, str], chosen: dict[str, Any],
+                           sources: dict[str, str]) -> None:
+    """The hosts (and task count, when no layer set ``np``) of the allocation gcurun runs
+    in, the first of :data:`gcurun.hosts.allocation.SOURCES` that recognises ``environ``;
+    for an elastic job without a discovery script, the allocation's script; and the
+    host-key policy its hosts need, when no layer set one. Raises HostSpecError for a
+    malformed allocation and inside a Slurm step."""
+    from gcurun.hosts.allocation import find_allocation
 
-    allocation = parse_slurm_environment(environ)
+    allocation = find_allocation(environ)
     if allocation is None:
         return
-    chosen["hosts"] = allocation.host_specs()
-    sources["hosts"] = SLURM_SOURCE
+    label = allocation.label
+    chosen["hosts"] = allocation.hosts
+    sources["hosts"] = label
     if "np" not in chosen:
         chosen["np"] = allocation.num_tasks
-        sources["np"] = SLURM_SOURCE
+        sources["np"] = label
+    elastic = chosen.get("elastic.min_np") is not None
+    if elastic and allocation.discovery_script and \
+            not chosen.get("elastic.host_discovery_script"):
+        chosen["elastic.host_discovery_script"] = allocation.discovery_script
+        sources["elastic.host_discovery_script"] = allocation.source
+        if allocation.slots_per_host and chosen.get("elastic.slots") is None:
+            chosen["elastic.slots"] = allocation.slots_per_host
+            sources["elastic.slots"] = allocation.source
+    if allocation.host_key_policy and "ssh.host_key_policy" not in chosen:
+        chosen["ssh.host_key_policy"] = allocation.host_key_policy
+        sources["ssh.host_key_policy"] = allocation.source
 
 
 def _hosts_from_file(path: str, source: str,

@@ -1,4 +1,5 @@
-"""Pure parsing of where ranks run: host specs, hostfiles, Slurm hostlists, topology.
+"""Pure parsing of where ranks run: host specs, hostfiles, Slurm hostlists, topology, and
+the allocations of batch systems (``allocation``: Slurm, Grid Engine, LSF, MPI Operator).
 
 The parsers live in their own modules (``specs``, ``hostfile``, ``hostlist``, ``locality``);
 they are named here so callers can write ``from gcurun.hosts import parse_host_specs``.
