@@ -58,7 +58,8 @@ class MPIFlavour:
 @dataclass(frozen=True)
 class MpirunCommand:
     """What to run: ``argv``, the text of the hostfile it names (None without one), and
-    variables for mpirun's own environment (secret values; never shown)."""
+    variables for mpirun's own environment (secret values, never shown, and the PATH
+    that puts mpirun's folder first)."""
 
     argv: tuple[str, ...]
     hostfile: str | None = None
@@ -106,11 +107,14 @@ def mpirun_program(mpirun: str) -> str:
     return mpirun
 
 
-def probe_mpi_flavour(mpirun: str = "mpirun", timeout: float = 30.0) -> MPIFlavour:
-    """Run ``mpirun --version`` and parse it. Raises LaunchError when it cannot run."""
+def probe_mpi_flavour(mpirun: str = "mpirun", timeout: float = 30.0,
+                      env: Mapping[str, str] | None = None) -> MPIFlavour:
+    """Run ``mpirun --version`` (in ``env``, default this process's) and parse it.
+    Raises LaunchError when it cannot run."""
     try:
         out = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
-                             timeout=timeout, stdin=subprocess.DEVNULL)
+                             timeout=timeout, stdin=subprocess.DEVNULL,
+                             env=None if env is None else dict(env))
     except FileNotFoundError:
         where = "" if os.sep in mpirun else \
             f" beside this Python ({os.path.dirname(sys.executable)}) nor on PATH"
@@ -264,6 +268,8 @@ def build_mpirun_command(
     secrets: Mapping[str, str] | None = None,
     interfaces: Mapping[str, tuple[str, ...]] | None = None,
     launcher_env: Mapping[str, str] | None = None,
+    program_env: Mapping[str, str] | None = None,
+    mpi4py_library: str | None = None,
 ) -> MpirunCommand:
     """The mpirun invocation that runs ``plan``.
 
@@ -273,6 +279,10 @@ def build_mpirun_command(
     ``launcher_env`` is gcurun's own environment: its PYTHONPATH is exported by name to
     Open MPI's remote ranks so the shim imports there (Hydra exports everything already).
     The names of ``plan.launcher_env`` are exported too, after the job's own.
+    ``program_env`` goes into mpirun's own environment (PATH with its folder first);
+    ``mpi4py_library`` (MPICH, Intel MPI) is given to every rank as ``MPI4PY_LIBMPI``.
+    Hydra flavours also tell the shim to pass output on in whole lines
+    (``GCURUN_MPI_WHOLE_LINES``): Hydra tags every chunk a rank writes, not every line.
     """
     if len({r.argv for r in plan.ranks}) != 1:
         raise LaunchError("ranks of this plan run different commands, but mpirun starts "
@@ -283,6 +293,10 @@ def build_mpirun_command(
     secret_env.update(secrets or {})
     public_env = {n: v for n, v in job_env.items() if n not in secret_env}
     public_env.update(layout_environment(plan, settings))
+    if flavour.kind != "openmpi":
+        public_env[mpi_shim.WHOLE_LINES_VARIABLE] = "1"
+        if mpi4py_library and "MPI4PY_LIBMPI" not in job_env:
+            public_env["MPI4PY_LIBMPI"] = mpi4py_library
     names = sorted(secret_env)
     names += [n for n in plan.launcher_env if n not in job_env and n not in secret_env
               and n not in public_env]
@@ -297,7 +311,7 @@ def build_mpirun_command(
             python, "-m", SHIM_MODULE, "--", *plan.ranks[0].argv)
     return MpirunCommand(argv=tuple(argv), hostfile=hostfile,
                          hostfile_path=hostfile_path if hostfile is not None else None,
-                         env=secret_env)
+                         env={**secret_env, **(program_env or {})})
 
 
 def _openmpi_args(plan: LaunchPlan, settings: Settings, flavour: MPIFlavour,

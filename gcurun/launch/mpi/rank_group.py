@@ -224,18 +224,22 @@ def mpi_command(plan: LaunchPlan, settings: Settings, *, secrets: Mapping[str, s
     import dataclasses
 
     from gcurun.launch.mpi.command import mpirun_program, probe_mpi_flavour
+    from gcurun.launch.mpi.install import mpi4py_library, program_environment
 
+    environ = os.environ if environ is None else environ
     mpirun = mpirun_program(settings.mpi.mpirun)
     settings = dataclasses.replace(settings, mpi=dataclasses.replace(settings.mpi,
                                                                      mpirun=mpirun))
-    flavour = flavour or probe_mpi_flavour(mpirun)
+    program_env = program_environment(mpirun, environ)
+    flavour = flavour or probe_mpi_flavour(mpirun, env={**environ, **program_env})
     python = settings.ssh.python or sys.executable
     interfaces = local_interfaces() if settings.mpi.network_interface and \
         flavour.kind != "openmpi" else None
     command = build_mpirun_command(
         plan, settings, flavour, is_root=os.geteuid() == 0, python=python,
         hostfile_path=hostfile_path, secrets=secrets, interfaces=interfaces,
-        launcher_env=os.environ if environ is None else environ)
+        launcher_env=environ, program_env=program_env,
+        mpi4py_library=mpi4py_library(mpirun, flavour, {**environ, **program_env}))
     return command, flavour
 
 
