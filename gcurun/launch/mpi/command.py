@@ -281,8 +281,10 @@ def build_mpirun_command(
     The names of ``plan.launcher_env`` are exported too, after the job's own.
     ``program_env`` goes into mpirun's own environment (PATH with its folder first);
     ``mpi4py_library`` (MPICH, Intel MPI) is given to every rank as ``MPI4PY_LIBMPI``.
-    Hydra flavours also tell the shim to pass output on in whole lines
-    (``GCURUN_MPI_WHOLE_LINES``): Hydra tags every chunk a rank writes, not every line.
+    Hydra flavours also tell the shim so (``GCURUN_MPI_HYDRA``): it gives each rank a
+    process group of its own (Hydra's proxy keeps every rank in the proxy's group, where no
+    guard could stop a rank's children) and passes output on in whole lines (Hydra
+    tags every chunk a rank writes, not every line).
     """
     if len({r.argv for r in plan.ranks}) != 1:
         raise LaunchError("ranks of this plan run different commands, but mpirun starts "
@@ -294,7 +296,7 @@ def build_mpirun_command(
     public_env = {n: v for n, v in job_env.items() if n not in secret_env}
     public_env.update(layout_environment(plan, settings))
     if flavour.kind != "openmpi":
-        public_env[mpi_shim.WHOLE_LINES_VARIABLE] = "1"
+        public_env[mpi_shim.HYDRA_VARIABLE] = "1"
         if mpi4py_library and "MPI4PY_LIBMPI" not in job_env:
             public_env["MPI4PY_LIBMPI"] = mpi4py_library
     names = sorted(secret_env)
