@@ -64,6 +64,8 @@ class MpirunCommand:
     argv: tuple[str, ...]
     hostfile: str | None = None
     hostfile_path: str | None = None
+    ssh_script: str | None = None          # Hydra's -launcher-exec, written beside the
+    ssh_script_path: str | None = None     # hostfile: ssh with gcurun's SSH settings
     env: Mapping[str, str] | None = None
 
 
@@ -186,6 +188,21 @@ def ssh_agent_args(settings: Settings) -> list[str]:
     elif ssh.host_key_policy == "off":
         args += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
     return args
+
+
+def ssh_script_path(hostfile_path: str) -> str:
+    """Where the ssh script of a Hydra job goes: beside its hostfile."""
+    return os.path.join(os.path.dirname(hostfile_path), "ssh")
+
+
+def hydra_ssh_script(settings: Settings) -> str | None:
+    """The ssh that Hydra runs (``-launcher-exec``) when gcurun's SSH settings add options
+    (Hydra has no option for ssh's arguments; Intel's ``-bootstrap-exec-args`` is not
+    MPICH's): ``ssh OPTIONS "$@"``. None when there are none."""
+    ssh_args = ssh_agent_args(settings)
+    if not ssh_args:
+        return None
+    return f'#!/bin/sh\nexec ssh {shlex.join(ssh_args)} "$@"\n'
 
 
 def _check_hosts(plan: LaunchPlan) -> None:
@@ -311,8 +328,11 @@ def build_mpirun_command(
                              interfaces=interfaces or {})
     argv = (settings.mpi.mpirun, *args, *settings.mpi.args,
             python, "-m", SHIM_MODULE, "--", *plan.ranks[0].argv)
+    script = hydra_ssh_script(settings) if flavour.kind != "openmpi" else None
     return MpirunCommand(argv=tuple(argv), hostfile=hostfile,
                          hostfile_path=hostfile_path if hostfile is not None else None,
+                         ssh_script=script,
+                         ssh_script_path=ssh_script_path(hostfile_path) if script else None,
                          env={**secret_env, **(program_env or {})})
 
 
@@ -382,9 +402,8 @@ def _hydra_args(plan: LaunchPlan, settings: Settings, flavour: MPIFlavour,
     if settings.mpi.network_interface:
         kind, value = parse_network_interface(settings.mpi.network_interface)
         args += ["-iface", value if kind == "name" else interface_for(value, interfaces)]
-    ssh_args = ssh_agent_args(settings)
-    if ssh_args:
-        args += ["-bootstrap-exec-args", shlex.join(ssh_args)]
+    if hydra_ssh_script(settings):
+        args += ["-launcher", "ssh", "-launcher-exec", ssh_script_path(hostfile_path)]
     args += ["-wdir", plan.workdir]
     for name, value in sorted({**env, **pin_env}.items()):
         args += ["-genv", name, value]

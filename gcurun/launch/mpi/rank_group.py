@@ -133,6 +133,10 @@ class MpiRankGroup(GuardedLauncherGroup):
         if self._command.hostfile is not None and self._command.hostfile_path:
             with open(self._command.hostfile_path, "w", encoding="utf-8") as fh:
                 fh.write(self._command.hostfile)
+        if self._command.ssh_script is not None and self._command.ssh_script_path:
+            with open(self._command.ssh_script_path, "w", encoding="utf-8") as fh:
+                fh.write(self._command.ssh_script)
+            os.chmod(self._command.ssh_script_path, 0o755)
 
     def _after_end(self) -> None:
         if self._cleanup_dir:
