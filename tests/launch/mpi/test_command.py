@@ -122,8 +122,8 @@ SNAPSHOTS = {
         "mpirun -n 4 -machinefile /tmp/job/hostfile -prepend-rank -iface eth1 -wdir /srv/job "
         "-genv FOO bar -genv GCURUN_BIND_TO numa -genv GCURUN_DEVICES '0,1;0,1' "
         "-genv GCURUN_DEVICE_ISOLATION 0 "
-        "-genv GCURUN_DEVICE_VAR TOPS_VISIBLE_DEVICES -genv GCURUN_MPI_HOSTS a,b -genv GCURUN_MPI_HYDRA 1 "
-        "-genv GCURUN_MPI_SLOTS 2,2 -genv I_MPI_DEBUG 4 -genv I_MPI_PIN 1 "
+        "-genv GCURUN_DEVICE_VAR TOPS_VISIBLE_DEVICES -genv GCURUN_MPI_HOSTS a,b "
+        "-genv GCURUN_MPI_HYDRA 1 -genv GCURUN_MPI_SLOTS 2,2 -genv I_MPI_DEBUG 4 -genv I_MPI_PIN 1 "
         "-genv I_MPI_PIN_DOMAIN numa -genv I_MPI_PIN_ORDER scatter "
         "-genv JAX_COORDINATOR_ADDRESS a:29555 -genv MASTER_ADDR a "
         "-genv MASTER_PORT 29555 " + genv(FRAMEWORKS)

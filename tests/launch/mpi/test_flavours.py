@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,3 +90,15 @@ def test_bind_to_core_gives_each_rank_its_own_core(flavour: Flavour, tmp_path):
     assert res.returncode == 0, res.stderr
     affinities = [tuple(r["affinity"]) for r in read_ranks(tmp_path, 2)]
     assert all(len(a) == 1 for a in affinities) and len(set(affinities)) == 2, affinities
+
+
+def test_check_names_the_flavour_and_version(flavour: Flavour):
+    mpirun = flavour.mpirun()
+    res = run_gcurun("check", "--mpirun", mpirun, env={"COLUMNS": "300"})
+    assert res.returncode == 0, res.stderr
+    row = next(" ".join(line.split()) for line in res.stdout.splitlines()
+               if line.startswith("mpi flavour"))
+    library = os.path.join(os.path.dirname(os.path.dirname(mpirun)), "lib", "libmpi.so.12")
+    version = {"mpich": r"5\.\d+\.\d+", "intel": r"20\d\d\.\d+\.\d+"}[flavour.kind]
+    assert re.fullmatch(rf"mpi flavour {flavour.kind} {version} \({re.escape(mpirun)}; ranks "
+                        rf"get MPI4PY_LIBMPI={re.escape(library)}\)", row), row
