@@ -70,7 +70,8 @@ def run_hydra_rank(rank: int, start: Callable[[], None]) -> NoReturn:
         sys.stderr.write(f"{EXIT_MARKER} {rank} {how}\n")
         sys.stderr.flush()
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):   # SIGKILL and SIGSTOP have none
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code & 0xFF if code >= 0 else 128 - code)
 
