@@ -296,7 +296,8 @@ def build_mpirun_command(
     ``launcher_env`` is gcurun's own environment: its PYTHONPATH is exported by name to
     Open MPI's remote ranks so the shim imports there (Hydra exports everything already).
     The names of ``plan.launcher_env`` are exported too, after the job's own.
-    ``program_env`` goes into mpirun's own environment (PATH with its folder first);
+    ``program_env`` goes into a Hydra mpirun's own environment (PATH with its folder
+    first: Intel's mpirun runs ``mpiexec.hydra`` from PATH);
     ``mpi4py_library`` (MPICH, Intel MPI) is given to every rank as ``MPI4PY_LIBMPI``.
     Hydra flavours also tell the shim so (``GCURUN_MPI_HYDRA``): it gives each rank a
     process group of its own (Hydra's proxy keeps every rank in the proxy's group, where no
@@ -328,12 +329,13 @@ def build_mpirun_command(
                              interfaces=interfaces or {})
     argv = (settings.mpi.mpirun, *args, *settings.mpi.args,
             python, "-m", SHIM_MODULE, "--", *plan.ranks[0].argv)
-    script = hydra_ssh_script(settings) if flavour.kind != "openmpi" else None
+    hydra = flavour.kind != "openmpi"
+    script = hydra_ssh_script(settings) if hydra else None
     return MpirunCommand(argv=tuple(argv), hostfile=hostfile,
                          hostfile_path=hostfile_path if hostfile is not None else None,
                          ssh_script=script,
                          ssh_script_path=ssh_script_path(hostfile_path) if script else None,
-                         env={**secret_env, **(program_env or {})})
+                         env={**secret_env, **(program_env or {} if hydra else {})})
 
 
 def _openmpi_args(plan: LaunchPlan, settings: Settings, flavour: MPIFlavour,

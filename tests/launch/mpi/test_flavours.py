@@ -45,9 +45,10 @@ def test_allreduce_through_mpi4py(flavour: Flavour):
 
 
 def test_a_failing_rank_stops_the_job_and_nothing_survives(flavour: Flavour, tmp_path):
+    # Hydra itself would wait for the other ranks (60 s here) and name no rank.
     res = run_gcurun("--mpi", "--mpirun", flavour.mpirun(), "-np", "3", "--grace-seconds",
-                     "2", sys.executable, WORKER, str(tmp_path), "--fail-rank", "1",
-                     "--code", "3", "--grandchild")
+                     "2", "-x", "FORWARDED=by -genv", sys.executable, WORKER, str(tmp_path),
+                     "--fail-rank", "1", "--code", "3", "--grandchild")
     assert res.returncode == 3, res.stderr
     assert "gcurun: job failed: rank 1 on localhost exited with code 3 (root cause); " \
         "every other rank was stopped" in res.stderr
@@ -59,6 +60,7 @@ def test_a_failing_rank_stops_the_job_and_nothing_survives(flavour: Flavour, tmp
                 env["MPI_LOCALNRANKS"]) == (str(rank), "3", str(rank), "3")
         assert (env["GCURUN_RANK"], env["GCURUN_SIZE"], env["LOCAL_RANK"],
                 env["GCURUN_LOCAL_SIZE"]) == (str(rank), "3", str(rank), "3")
+        assert env["FORWARDED"] == "by -genv"
     assert job_processes(str(tmp_path)) == []
     assert survivors(all_pids(records), timeout=0) == []
 
