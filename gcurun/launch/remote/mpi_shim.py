@@ -50,6 +50,7 @@ from gcurun.errors import HostSpecError
 from gcurun.hosts.slurm import parse_tasks_per_node
 from gcurun.launch.remote.bind_exec import exec_command, exec_with_binding
 from gcurun.launch.remote.horovod_alias import alias_environment
+from gcurun.launch.remote.hydra_rank import run_hydra_rank
 from gcurun.launch.remote.rank_env import (
     ANY_ADDRESS,
     GCURUN_PREFIX,
@@ -64,6 +65,9 @@ EXIT_USAGE = 2
 # srun's --job-name names gcurun's step, and its tasks see that as SLURM_JOB_NAME; the
 # launcher passes the allocation's own name here and the shim puts it back.
 JOB_NAME_VARIABLE = "GCURUN_SLURM_JOB_NAME"
+# "1" when the launcher is Hydra's (MPICH, Intel MPI): the rank runs under
+# :func:`~gcurun.launch.remote.hydra_rank.run_hydra_rank`.
+HYDRA_VARIABLE = "GCURUN_MPI_HYDRA"
 # "1" when the launcher asked for one-device-per-rank isolation (--device-isolation).
 ISOLATION_VARIABLE = "GCURUN_DEVICE_ISOLATION"
 _SOURCES = (
@@ -349,11 +353,17 @@ def main(argv: list[str]) -> None:
     except ShimError as exc:
         sys.stderr.write(f"gcurun mpi shim: {exc}\n")
         sys.exit(EXIT_USAGE)
+
+    def start() -> None:
+        if binding is not None:
+            exec_with_binding(binding.cpus, binding.numa_node if binding.mem_bind else None,
+                              argv, "gcurun mpi shim")
+        exec_command(argv, "gcurun mpi shim")
+
+    if os.environ.get(HYDRA_VARIABLE) == "1":
+        run_hydra_rank(int(os.environ["GCURUN_RANK"]), start)
     start_rank_guard()   # the rank's group is stopped even if the MPI daemon is killed
-    if binding is not None:
-        exec_with_binding(binding.cpus, binding.numa_node if binding.mem_bind else None,
-                          argv, "gcurun mpi shim")
-    exec_command(argv, "gcurun mpi shim")
+    start()
 
 
 if __name__ == "__main__":
