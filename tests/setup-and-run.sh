@@ -38,4 +38,7 @@ python3 -m pip install -q ray==2.60.0
 python3 -c "import paddle, jax, ray"
 ruff check .
 mypy
-python3 -m pytest -q "$@"
+# Two workers (pytest-xdist): a test waiting on a deadline or a peer leaves the other core
+# to the next test; tests/conftest.py keeps the folders that share machine-wide state
+# (namespace hosts, one Ray or Spark cluster) in one worker each.
+python3 -m pytest -q -n 2 --dist loadgroup "$@"
