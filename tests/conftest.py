@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 ROOT = str(Path(__file__).resolve().parent.parent)
 _paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 if ROOT not in _paths:
@@ -23,6 +25,14 @@ for _name in [name for name in os.environ if name.startswith("SLURM_")]:
 OPT_IN_MARKERS = ("stress", "chaos", "long")
 
 
+# Folders whose tests share state of the whole machine (namespace hosts and their daemons,
+# scans of every process, one Ray or Spark cluster per session): under pytest-xdist
+# (-n N --dist loadgroup) each folder's tests run one after another in one worker, beside
+# the rest of the suite.
+SERIAL_FOLDERS = ("cluster", "ray", "spark")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     expression = config.getoption("markexpr") or ""
     kept, dropped = [], []
@@ -32,3 +42,8 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        parts = Path(str(item.path)).resolve().relative_to(tests).parts
+        if len(parts) > 1 and parts[0] in SERIAL_FOLDERS:
+            item.add_marker(pytest.mark.xdist_group(parts[0]))

@@ -51,4 +51,7 @@ export GCURUN_TEST_IMPI_PREFIX="${GCURUN_TEST_IMPI_PREFIX:-$PWD/.mpi/impi-rt}"
     || python3 -m pip install -q --prefix "$GCURUN_TEST_IMPI_PREFIX" impi-rt
 ruff check .
 mypy
-python3 -m pytest -q "$@"
+# Two workers (pytest-xdist): a test waiting on a deadline or a peer leaves the other core
+# to the next test; tests/conftest.py keeps the folders that share machine-wide state
+# (namespace hosts, one Ray or Spark cluster) in one worker each.
+python3 -m pytest -q -n 2 --dist loadgroup "$@"

@@ -89,6 +89,9 @@ def _keras_losses(stdout: str) -> dict[tuple[int, int], float]:
     return {(int(e), int(s)): float(v) for e, s, v in KERAS_LOSS.findall(stdout)}
 
 
+# The Keras recipe by default: test_horovod_examples.py (Horovod's Keras example) and
+# test_jobs.py (fit against one rank); this one, with its checkpoints, in -m long.
+@pytest.mark.long
 def test_keras_two_ranks_follow_one_rank_and_resume_from_rank_0s_checkpoints(
         tmp_path: Path) -> None:
     common = ("--train-size", "1024", "--test-size", "256", "--log-interval", "4",

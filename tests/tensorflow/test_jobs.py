@@ -20,11 +20,12 @@ RANKS = Path(__file__).resolve().parent / "ranks"
 ONE_AND_TWO = [
     pytest.param("local", 1, id="1-rank", marks=pytest.mark.long),  # tcp-2 by default
     pytest.param("tcp", 2, id="tcp-2"),
-    pytest.param("mpi", 2, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
+    # The mpi transport under every binding: tests/torch/test_jobs.py by default.
+    pytest.param("mpi", 2, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi, pytest.mark.long]),
 ]
 TWO = ONE_AND_TWO[1:]
-# Training on mpi is the same rank code as on tcp; the default run keeps tcp (and mpi for
-# the collectives), -m long runs both.
+# Training on mpi is the same rank code as on tcp; the default run keeps tcp, -m long runs
+# both.
 TWO_MPI_LONG = [TWO[0], pytest.param("mpi", 2, id="mpi-2",
                                      marks=[pytest.mark.mpi, needs_mpi, pytest.mark.long])]
 
