@@ -58,8 +58,10 @@ class Knobs:
                 changes["chunk_bytes"] = 1 << int(value)
             elif name == "stream_exponent":
                 changes["stream_bytes"] = 1 << int(value)
-            elif name in ("cache_enabled", "hierarchical_allreduce"):
+            elif name == "cache_enabled":
                 changes[name] = bool(value)
+            elif name == "hierarchical_allreduce":
+                changes[name] = None if value is None else bool(value)
             else:
                 changes[name] = round(float(value), 3)
         return replace(self, **changes)
@@ -76,8 +78,10 @@ class Knobs:
                 out[name] = min(max(self.fusion_threshold_mb, FUSION_MB[0]), FUSION_MB[1])
             elif name == "cycle_time_ms":
                 out[name] = min(max(self.cycle_time_ms, CYCLE_MS[0]), CYCLE_MS[1])
+            elif name == "cache_enabled":
+                out[name] = self.cache_enabled
             else:
-                out[name] = bool(getattr(self, name))
+                out[name] = self.hierarchical_allreduce
         return out
 
     def describe(self) -> str:

@@ -50,7 +50,8 @@ def space(held: frozenset[str]) -> dict[str, Any]:
     if "cache_enabled" not in held:
         out["cache_enabled"] = dist.CategoricalDistribution([True, False])
     if "hierarchical_allreduce" not in held:
-        out["hierarchical_allreduce"] = dist.CategoricalDistribution([False, True])
+        # None: the cost model decides per size (gcurun's default)
+        out["hierarchical_allreduce"] = dist.CategoricalDistribution([None, False, True])
     if "chunk_bytes" not in held:
         out["chunk_exponent"] = dist.IntDistribution(*kn.CHUNK_EXPONENTS)
     if "stream_bytes" not in held:

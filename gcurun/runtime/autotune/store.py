@@ -63,6 +63,17 @@ class Shape:
                 f"bytes={sum(sizes)} sizes={digest}")
 
 
+@dataclass(frozen=True)
+class Cached:
+    """A cache entry: the best knobs found for a key, their score, the starting
+    settings' score then, and the samples that search took."""
+
+    knobs: Knobs
+    score: float
+    default_score: float | None
+    samples: int
+
+
 class TuneCache:
     """``--autotune-cache FILE``: the best knobs per key (:meth:`Shape.key`), JSON. A
     file that cannot be read is reported and treated as empty: training goes on."""
@@ -87,12 +98,16 @@ class TuneCache:
             return {}
         return data["entries"]
 
-    def lookup(self, key: str) -> tuple[Knobs, float] | None:
-        """The cached best knobs and score for ``key``, or None."""
+    def lookup(self, key: str) -> Cached | None:
+        """What the cache holds for ``key``, or None."""
         entry = self._read().get(key)
+        if not isinstance(entry, dict):
+            return None
         try:
-            return (Knobs.from_json(entry["knobs"]), float(entry["score"])) if entry \
-                else None
+            default = entry.get("default_score")
+            return Cached(Knobs.from_json(entry["knobs"]), float(entry["score"]),
+                          None if default is None else float(default),
+                          int(entry.get("samples", 0)))
         except (KeyError, TypeError, ValueError):
             return None
 

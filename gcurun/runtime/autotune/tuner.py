@@ -84,6 +84,7 @@ class Tuner:
         self.best: tuple[Knobs, float] | None = None
         self.from_cache = False
         self.cached_score: float | None = None
+        self._cached_samples = 0
 
     # -- steps ------------------------------------------------------------------------------
 
@@ -131,9 +132,9 @@ class Tuner:
         self._ref_bytes = sum(sizes)
         cached = self.cache.lookup(self.key) if self.cache is not None else None
         if cached is not None:
-            knobs, score = cached
-            knobs = self._held_as_started(knobs)
+            knobs, score = self._held_as_started(cached.knobs), cached.score
             self.from_cache, self.cached_score = True, score
+            self.start_score, self._cached_samples = cached.default_score, cached.samples
             log.info("the cache knows this job's shape: starting from %s (%.1f MB/s); "
                      "re-checking it", knobs.describe(), score / 1e6)
             self.phase, self._skip = Phase.CHECK, 1
@@ -184,7 +185,7 @@ class Tuner:
             if score >= (1 - self.config.retune_threshold) * self.cached_score:
                 self.best = (self.current, score)
                 self.samples = 1
-                self._settle(retuned=False)
+                self._settle(retuned=False, searched=self._cached_samples)
                 return None
             log.info("the cached settings score %.1f MB/s, below the cache's %.1f: tuning "
                      "again from them", score / 1e6, self.cached_score / 1e6)
@@ -204,7 +205,9 @@ class Tuner:
         self._ask(score)
         return None
 
-    def _settle(self, retuned: bool) -> Knobs | None:
+    def _settle(self, retuned: bool, searched: int | None = None) -> Knobs | None:
+        """Take the best knobs for good; ``searched``: the samples the search that found
+        them took (default: this one's)."""
         assert self.best is not None
         knobs, score = self.best
         self.phase = Phase.DONE
@@ -212,7 +215,8 @@ class Tuner:
         if self.log is not None and retuned:
             self.log.row(knobs, score)
         if self.cache is not None and self.key is not None:
-            self.cache.store(self.key, knobs, score, self.start_score, self.samples)
+            self.cache.store(self.key, knobs, score, self.start_score,
+                             self.samples if searched is None else searched)
         log.info("settled on %s (%.1f MB/s) after %d samples", knobs.describe(),
                  score / 1e6, self.samples)
         return self._switch(knobs)
@@ -277,8 +281,10 @@ def summary(out: Outcome, phase: Phase, budget: int) -> list[str]:
     lines.append(f"{state}: {out.best.describe()}")
     score = f"score {out.score / 1e6:.1f} MB/s reduced"
     if out.from_cache:
+        versus = f"; the starting settings then: {out.start_score / 1e6:.1f} MB/s" \
+            if out.start_score else ""
         lines.append(f"{score}, re-checked from the cache (cached: "
-                     f"{(out.cached_score or 0) / 1e6:.1f} MB/s); 1 sample, "
+                     f"{(out.cached_score or 0) / 1e6:.1f} MB/s{versus}); 1 sample, "
                      f"{out.steps} steps")
     elif out.start_score:
         lines.append(f"{score}; the starting settings: {out.start_score / 1e6:.1f} MB/s "
