@@ -95,6 +95,7 @@ class Cycles:
         self.tuner = tuner
         self.knob_history: list[tuple[int, int, dict[str, Any]]] = []
         self._decisions = 0
+        self._requested: dict[str, Any] | None = None     # rank 0: knobs set by hand
         self._lock = threading.Condition()
         self._incoming: list[Op] = []
         self._incoming_names: set[str] = set()     # the names callers gave them
@@ -279,6 +280,9 @@ class Cycles:
                 self._admit(op)
             if incoming:
                 self._progress_at = self._last_start
+            requested, self._requested = self._requested, None
+        if requested is not None:
+            self._announce(requested)
         now_ns = time.monotonic_ns()
         if self.timeline is not None:
             self.timeline.cycle(now_ns)
@@ -407,9 +411,22 @@ class Cycles:
             self.tuner = None
             return
         if knobs is not None:
-            self._decisions += 1
-            self.controller.announce_knobs({"knobs": knobs.to_json(),
-                                            "number": self._decisions})
+            self._announce(knobs.to_json())
+
+    def _announce(self, knobs: dict[str, Any]) -> None:
+        self._decisions += 1
+        self.controller.announce_knobs({"knobs": knobs, "number": self._decisions})
+
+    def request_knobs(self, knobs: dict[str, Any]) -> None:
+        """Rank 0: every rank takes ``knobs`` (:class:`~gcurun.runtime.autotune.Knobs`
+        as JSON) in one of the next cycles, as it takes autotune's decisions: a way to
+        time several settings in one job (benchmarks/autotune.py does). Raises ValueError
+        on another rank."""
+        if self.rank != 0:
+            raise ValueError("request_knobs: only rank 0 decides the knobs")
+        with self._lock:
+            self._requested = dict(knobs)
+            self._lock.notify()
 
     def _reduce_inline(self, agreed: Agreed, op: Op, start_ns: int) -> np.ndarray:
         """The result of an op whose data every rank's block carried: the blocks reduced
