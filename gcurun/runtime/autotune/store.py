@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from gcurun.errors import UsageError
 from gcurun.runtime.autotune.knobs import Knobs
 
 log = logging.getLogger("gcurun.autotune")
@@ -30,7 +31,14 @@ class SampleLog:
     microsecond as Horovod's), and the best row last when tuning ends."""
 
     def __init__(self, path: str):
-        self._file: TextIO = open(path, "w", newline="", encoding="utf-8")
+        """Raises UsageError when ``path`` cannot be written."""
+        try:
+            self._file: TextIO = open(os.path.expanduser(path), "w", newline="",
+                                      encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--autotune-log-file {path!r}: cannot be written "
+                             f"({exc.strerror}); give a file in a folder that exists and "
+                             "that rank 0 may write") from None
         self._csv = csv.writer(self._file)
         self._csv.writerow(COLUMNS)
         self._file.flush()

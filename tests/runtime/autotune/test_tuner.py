@@ -220,3 +220,12 @@ def test_an_unreadable_cache_is_treated_as_empty(tmp_path, caplog):
     path.write_text("{not json")
     assert TuneCache(str(path)).lookup("k") is None
     assert "cannot be read" in caplog.text
+
+
+def test_a_log_file_that_cannot_be_written_is_bad_input(tmp_path):
+    path = str(tmp_path / "missing" / "log.csv")
+    with pytest.raises(UsageError) as info:
+        Tuner(config(tmp_path, log_file=path), START, frozenset(), SHAPE)
+    assert str(info.value) == (f"--autotune-log-file {path!r}: cannot be written (No such "
+                               "file or directory); give a file in a folder that exists and "
+                               "that rank 0 may write")
