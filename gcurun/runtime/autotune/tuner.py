@@ -6,7 +6,9 @@ rank in its next cycle (:mod:`gcurun.runtime.engine.cycles`).
 A step ends where a tensor name of the current step comes again (Horovod's rule). A
 sample is ``steps_per_sample`` steps under one setting, after the first step under it
 (which began under the previous one); its score is the median of its steps' scores.
-The first ``warmup_samples`` samples are discarded.
+The first ``warmup_samples`` samples are discarded. When the budget is spent, the best
+setting and the starting one are measured once more each (one lucky sample on a noisy
+machine must not decide alone), and the higher mean of each one's samples wins.
 
 With a cache (:class:`store.TuneCache`), the first step tells the job's shape: where
 the cache knows it, the job starts from the cached best and only re-checks it (one
@@ -36,6 +38,7 @@ class Phase(Enum):
     CHECK = "re-checking the cached settings"
     WARMUP = "warming up"
     TUNE = "tuning"
+    CONFIRM = "re-measuring the best beside the starting settings"
     DONE = "settled"
 
 
@@ -85,6 +88,8 @@ class Tuner:
         self.from_cache = False
         self.cached_score: float | None = None
         self._cached_samples = 0
+        self._confirm: list[Knobs] = []            # knobs still to measure again
+        self._confirm_scores: dict[Knobs, list[float]] = {}
 
     # -- steps ------------------------------------------------------------------------------
 
@@ -191,6 +196,8 @@ class Tuner:
                      "again from them", score / 1e6, self.cached_score / 1e6)
             self._begin_tuning([self.current, self.start])
             return None
+        if self.phase == Phase.CONFIRM:
+            return self._confirmed(score)
         self.samples += 1
         if self.log is not None:
             self.log.row(self.current, score)
@@ -201,9 +208,37 @@ class Tuner:
         if self.best is None or score > self.best[1]:
             self.best = (self.current, score)
         if self.samples >= self.config.max_samples or not self.distributions:
-            return self._settle(retuned=True)
+            return self._confirm_best()
         self._ask(score)
         return None
+
+    def _confirm_best(self) -> Knobs | None:
+        """The budget is spent: one more sample of the best and one of the starting
+        settings, so that one lucky sample on a noisy machine does not decide alone;
+        the higher mean of each one's samples wins."""
+        assert self.best is not None
+        best, score = self.best
+        if best == self.start or self.start_score is None:
+            return self._settle(retuned=True)
+        self.phase = Phase.CONFIRM
+        self._confirm = [best, self.start]
+        self._confirm_scores = {best: [score], self.start: [self.start_score]}
+        self._skip, self._scores = 1, []
+        return self._switch(best)
+
+    def _confirmed(self, score: float) -> Knobs | None:
+        self._confirm_scores.setdefault(self.current, []).append(score)
+        if self.current in self._confirm:
+            self._confirm.remove(self.current)
+        if self._confirm:
+            self._skip, self._scores = 1, []
+            return self._switch(self._confirm[0])
+        means = {k: statistics.mean(v) for k, v in self._confirm_scores.items()}
+        chosen = max(means, key=means.__getitem__)
+        log.debug("re-measured: %s", ", ".join(f"{k.describe()}: {v / 1e6:.1f} MB/s"
+                                                for k, v in means.items()))
+        self.best = (chosen, means[chosen])
+        return self._settle(retuned=True)
 
     def _settle(self, retuned: bool, searched: int | None = None) -> Knobs | None:
         """Take the best knobs for good; ``searched``: the samples the search that found

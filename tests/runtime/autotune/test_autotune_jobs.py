@@ -34,9 +34,9 @@ def _autotune_env(tmp_path: Path, samples: int, **extra: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("hosts, samples, steps", [
-    pytest.param(["a", "a"], 4, 24, id="one-host-of-2"),
+    pytest.param(["a", "a"], 4, 30, id="one-host-of-2"),
     # Hosts a, a, b, b: hierarchical allreduce is searched too.
-    pytest.param(["a", "a", "b", "b"], 5, 40, id="two-hosts-of-2", marks=pytest.mark.long),
+    pytest.param(["a", "a", "b", "b"], 5, 50, id="two-hosts-of-2", marks=pytest.mark.long),
 ])
 def test_every_rank_takes_every_decision_at_the_same_cycle(tmp_path, hosts, samples, steps):
     # The rank script checks every result exactly; the cycle time is held.

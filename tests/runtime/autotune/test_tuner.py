@@ -229,3 +229,17 @@ def test_a_log_file_that_cannot_be_written_is_bad_input(tmp_path):
     assert str(info.value) == (f"--autotune-log-file {path!r}: cannot be written (No such "
                                "file or directory); give a file in a folder that exists and "
                                "that rank 0 may write")
+
+
+def test_one_lucky_sample_does_not_decide_alone(tmp_path):
+    # The budget is spent with a best whose one sample was lucky: it and the starting
+    # settings are measured once more, and the higher mean wins.
+    tuner = Tuner(config(tmp_path, log_file=None), START, frozenset(), SHAPE)
+    lucky = START.with_params({"fusion_threshold_mb": 2.0})
+    tuner.phase, tuner.samples = Phase.TUNE, 6
+    tuner.current, tuner.best, tuner.start_score = lucky, (lucky, 10.0), 5.0
+    assert tuner._confirm_best() is None            # (it runs lucky already)
+    assert tuner.phase == Phase.CONFIRM
+    assert tuner._sampled(1.0) == START             # lucky again: 1.0 (mean 5.5)
+    assert tuner._sampled(7.0) is None              # the start: 7.0 (mean 6.0) wins
+    assert tuner.phase == Phase.DONE and tuner.best == (START, 6.0)
