@@ -22,13 +22,15 @@ Per layout and model, two jobs (gcurun over SSH, the tcp backend):
             timed in a first pass of ``--screen-steps`` steps; then the defaults and the
             fastest point take turns for ``--rounds`` rounds of ``--steps`` steps
   autotune  ``gcurun --autotune`` (Horovod's budget unless told otherwise); once it has
-            settled (or after ``--tune-steps`` steps), ``--rounds`` rounds of ``--steps``
-            steps in its chosen settings
+            settled (or after ``--tune-steps`` steps), its choice and the defaults take
+            turns for ``--rounds`` rounds of ``--steps`` steps
 
-A round's step time is the slowest rank's mean. The table gives the median round, the
-range, and each variant over the defaults and over the grid's best. Progress lines go to
-stderr while it runs. Times on a shared, busy machine move from run to run: compare the
-ratios of one run, and run it several times.
+A round's step time is the slowest rank's mean. Each job also times the defaults, taking
+turns with its own variant (jobs run minutes apart, and a shared machine's load moves in
+between): the table gives the median round, the range, each variant over its own job's
+defaults, and over the grid's best (both first taken over their job's defaults). Progress
+lines go to stderr while it runs. Times on a shared, busy machine move from run to run:
+compare the ratios of one run, and run it several times.
 """
 
 from __future__ import annotations
@@ -155,16 +157,35 @@ def format_table(layout: Layout, rate_bits: int, models: list[ModelResult]) -> s
              "| settings |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for result in models:
         median = {v: statistics.median(t) for v, t in result.times.items()}
-        base, best = median.get("defaults"), median.get("grid best")
         for variant, times in result.times.items():
             m = median[variant]
+            own = median.get(TWIN[variant])         # the defaults of the same job
+            over = m / own if own else None
+            best = _over_grid_best(median, variant)
             lines.append(
                 f"| {result.model} | {variant} | {m * 1e3:.1f} | {min(times) * 1e3:.1f}-"
-                f"{max(times) * 1e3:.1f} | {f'{m / base:.2f}' if base else '-'} | "
-                f"{f'{m / best:.2f}' if best else '-'} | {result.settings.get(variant, '')} |")
+                f"{max(times) * 1e3:.1f} | {f'{over:.2f}' if over else '-'} | "
+                f"{f'{best:.2f}' if best else '-'} | {result.settings.get(variant, '')} |")
         if result.tune_steps:
             lines.append(f"# {result.model}: autotune settled after {result.tune_steps} steps")
     return "\n".join(lines) + "\n"
+
+
+# Each variant's defaults: the same job's (jobs run minutes apart on a shared machine).
+TWIN = {"defaults": "defaults", "grid best": "defaults",
+        "defaults (autotune job)": "defaults (autotune job)",
+        "autotune": "defaults (autotune job)"}
+ORDER = tuple(TWIN)
+
+
+def _over_grid_best(median: dict[str, float], variant: str) -> float | None:
+    """A variant's step over the grid's best, each first taken over its own job's
+    defaults."""
+    best, base = median.get("grid best"), median.get("defaults")
+    own = median.get(TWIN[variant])
+    if not (best and base and own):
+        return None
+    return (median[variant] / own) / (best / base)
 
 
 def describe(point: dict[str, Any]) -> str:
@@ -290,15 +311,22 @@ def rank_main(argv: list[str]) -> int:
                 say(f"autotune: {taken} steps, {tuner.phase.value if rank0 and tuner else ''}")
         say(f"autotune settled after {taken} steps")
         result["tune_steps"] = taken
-        result["times"]["autotune"] = []
+        from gcurun.runtime.autotune.knobs import start_knobs
+
+        defaults = start_knobs(state.current_state().env).to_json()
+        # (every rank holds the same history; the last entry is what it settled on)
+        chosen = engine.knob_history[-1][2] if engine.knob_history else defaults
+        variants = {"defaults (autotune job)": defaults, "autotune": chosen}
+        result["settings"] = {name: describe(p) for name, p in variants.items()}
+        result["times"] = {name: [] for name in variants}
         for round_ in range(rounds):
-            result["times"]["autotune"].append(work.timed(steps))
-            say(f"round {round_ + 1} of {rounds}: autotune "
-                f"{result['times']['autotune'][-1] * 1e3:.1f} ms")
-        if rank0 and engine.knob_history:
-            result["settings"]["autotune"] = describe(engine.knob_history[-1][2])
-        elif rank0:
-            result["settings"]["autotune"] = "the defaults"
+            order = list(variants)
+            random.Random(round_).shuffle(order)
+            for name in order:
+                settle(variants[name])
+                result["times"][name].append(work.timed(steps))
+            say(f"round {round_ + 1} of {rounds}: " + ", ".join(
+                f"{n} {result['times'][n][-1] * 1e3:.1f} ms" for n in variants))
     hvd.shutdown()
     if rank0:
         out.write_text(json.dumps(result))
@@ -393,8 +421,7 @@ def run(args: argparse.Namespace) -> list[tuple[Layout, list[ModelResult]]]:
                         entry.times.update(got["times"])
                         entry.settings.update(got["settings"])
                         entry.tune_steps = got.get("tune_steps", entry.tune_steps)
-                    entry.times = {v: entry.times[v] for v in
-                                   ("defaults", "autotune", "grid best") if v in entry.times}
+                    entry.times = {v: entry.times[v] for v in ORDER if v in entry.times}
                     models.append(entry)
                 sys.stdout.write(format_table(layout, cluster.link_rate_bits, models) + "\n")
                 sys.stdout.flush()

@@ -51,17 +51,18 @@ def test_the_grid_is_every_combination_and_hierarchical_only_across_hosts():
     assert len({json.dumps(p, sort_keys=True) for p in across}) == len(across)
 
 
-def test_the_table_gives_each_variant_over_the_defaults_and_the_grids_best():
-    result = ModelResult("mlp", {"defaults": [0.2, 0.3, 0.25], "autotune": [0.2],
-                                 "grid best": [0.1, 0.3]},
+def test_the_table_gives_each_variant_over_its_jobs_defaults_and_the_grids_best():
+    result = ModelResult("mlp", {"defaults": [0.2, 0.3, 0.25], "grid best": [0.1, 0.3],
+                                 "defaults (autotune job)": [0.4], "autotune": [0.3]},
                          {"autotune": "fusion 2 MB"}, tune_steps=230)
     text = format_table(Layout(2, 2), 2_000_000_000, [result])
     assert text.splitlines()[0] == ("# autotune, 2 host(s) x 2 ranks, links shaped to "
                                     "2 Gbit/s")
     assert [line for line in text.splitlines() if line.startswith(("| mlp", "# mlp"))] == [
         "| mlp | defaults | 250.0 | 200.0-300.0 | 1.00 | 1.25 |  |",
-        "| mlp | autotune | 200.0 | 200.0-200.0 | 0.80 | 1.00 | fusion 2 MB |",
         "| mlp | grid best | 200.0 | 100.0-300.0 | 0.80 | 1.00 |  |",
+        "| mlp | defaults (autotune job) | 400.0 | 400.0-400.0 | 1.00 | 1.25 |  |",
+        "| mlp | autotune | 300.0 | 300.0-300.0 | 0.75 | 0.94 | fusion 2 MB |",
         "# mlp: autotune settled after 230 steps",
     ]
 
@@ -84,10 +85,11 @@ def test_autotune_benchmark_quick_gives_every_variant_numbers(tmp_path):
     assert "autotune-bench: mlp: autotune settled after" in done.stderr
     rows = [line.split("|")[1:-1] for line in done.stdout.splitlines()
             if line.startswith("| mlp")]
-    assert [row[1].strip() for row in rows] == ["defaults", "autotune", "grid best"]
+    assert [row[1].strip() for row in rows] == ["defaults", "grid best",
+                                                "defaults (autotune job)", "autotune"]
     assert all(float(row[2]) > 0 for row in rows)
     (layout,) = json.loads(out.read_text())
     assert (layout["hosts"], layout["ranks_per_host"]) == (1, 2)
     times = layout["models"]["mlp"]["times"]
-    assert sorted(times) == ["autotune", "defaults", "grid best"]
+    assert sorted(times) == ["autotune", "defaults", "defaults (autotune job)", "grid best"]
     assert all(len(t) == 2 and min(t) > 0 for t in times.values())
