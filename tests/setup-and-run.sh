@@ -24,7 +24,7 @@ if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
     fi
 fi
-python3 -m pip install -q -e '.[dev,tensorflow]'
+python3 -m pip install -q -e '.[dev,tensorflow,autotune]'
 # Keras 2 for Horovod's Keras 2 examples (TF_USE_LEGACY_KERAS=1), at TensorFlow's minor;
 # --no-deps, since it requires the full "tensorflow" distribution, whose files are
 # tensorflow-cpu's.

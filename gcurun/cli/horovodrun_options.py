@@ -6,8 +6,8 @@ name a gcurun setting map onto it (``--start-timeout`` -> ``ssh.timeout``,
 ``runtime.timeout_seconds`` ...); options for software that is absent here (NCCL streams,
 the NCCL torus, jsrun) are accepted and answered with one notice of what they do under
 gcurun. ``--config-file`` reads horovodrun's YAML of parameters; the command line wins over
-it, as in horovodrun. The ``--autotune*`` options belong to the autotune work and are not
-here yet.
+it, as in horovodrun. The ``--autotune*`` options are gcurun's own (:mod:`gcurun.cli.run`);
+the config file's ``autotune`` section sets them.
 
 :func:`horovodrun_options` attaches the options to the run command;
 :func:`apply_horovodrun_options` turns what was given into settings (dotted keys, as the
@@ -178,14 +178,25 @@ CONFIG_KEYS: dict[tuple[str, str], str] = {
     ("library_options", "gloo_timeout_seconds"): "gloo_timeout_seconds",
     ("logging", "level"): "log_level",
     ("logging", "with_timestamp"): "log_with_timestamp",
+    ("autotune", "enabled"): "autotune",
+    ("autotune", "log_file"): "autotune_log_file",
+    ("autotune", "warmup_samples"): "autotune_warmup_samples",
+    ("autotune", "steps_per_sample"): "autotune_steps_per_sample",
+    ("autotune", "bayes_opt_max_samples"): "autotune_bayes_opt_max_samples",
+    ("autotune", "gaussian_process_noise"): "autotune_gaussian_process_noise",
 }
 _CONFIG_SECTIONS = ("params", "autotune", "timeline", "stall_check", "library_options",
                     "logging", "controller")
 _NUMBERS = frozenset({"fusion_threshold_mb", "cycle_time_ms", "cache_capacity",
                       "stall_check_warning_time_seconds", "stall_check_shutdown_time_seconds",
-                      "num_nccl_streams", "thread_affinity", "gloo_timeout_seconds"})
+                      "num_nccl_streams", "thread_affinity", "gloo_timeout_seconds",
+                      "autotune_gaussian_process_noise"})
+# Whole numbers (kept as int).
+_INTS = frozenset({"autotune_warmup_samples", "autotune_steps_per_sample",
+                   "autotune_bayes_opt_max_samples"})
 _FLAGS = frozenset({"hierarchical_allreduce", "hierarchical_allgather", "torus_allreduce",
-                    "timeline_mark_cycles", "mpi_threads_disable", "log_with_timestamp"})
+                    "timeline_mark_cycles", "mpi_threads_disable", "log_with_timestamp",
+                    "autotune"})
 
 
 def read_config_file(path: str) -> dict[str, Any]:
@@ -236,9 +247,6 @@ def parse_config_file(text: str, source: str) -> dict[str, Any]:
 def _config_value(source: str, section: str, key: str, value: Any,
                   given: dict[str, Any]) -> None:
     where = f"--config-file '{source}': {section}.{key}"
-    if section == "autotune":
-        given["autotune_in_config"] = True
-        return
     if section == "stall_check" and key == "enabled":
         if not isinstance(value, bool):
             raise UsageError(f"{where} = {value!r}: write true or false")
@@ -254,6 +262,10 @@ def _config_value(source: str, section: str, key: str, value: Any,
     if name in _NUMBERS and (isinstance(value, bool) or not isinstance(value, (int, float))
                              or value < 0):
         raise UsageError(f"{where} = {value!r}: write a number of at least 0")
+    if name in _INTS and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise UsageError(f"{where} = {value!r}: write a whole number of at least 0")
+    if name == "autotune_log_file" and not isinstance(value, str):
+        raise UsageError(f"{where} = {value!r}: write a file name")
     if name == "log_level" and str(value).upper() not in LOG_LEVELS:
         raise UsageError(f"{where} = {value!r}: write one of {', '.join(LOG_LEVELS)}")
     if name == "timeline_filename" and not isinstance(value, str):
@@ -293,6 +305,12 @@ _CORE_FROM_CONFIG = {
     "timeline_filename": "runtime.timeline",
     "timeline_mark_cycles": "runtime.timeline_mark_cycles",
     "hierarchical_allreduce": "runtime.hierarchical_allreduce",
+    "autotune": "runtime.autotune",
+    "autotune_log_file": "runtime.autotune_log_file",
+    "autotune_warmup_samples": "runtime.autotune_warmup_samples",
+    "autotune_steps_per_sample": "runtime.autotune_steps_per_sample",
+    "autotune_bayes_opt_max_samples": "runtime.autotune_bayes_opt_max_samples",
+    "autotune_gaussian_process_noise": "runtime.autotune_gaussian_process_noise",
 }
 
 
@@ -422,9 +440,6 @@ def _apply_notices(p: Mapping[str, Any], cli: Mapping[str, Any], out: Compat) ->
     if p.get("binding_args") and cli.get("launcher") != "mpi":
         out.notices.append("--binding-args: they go to mpirun, and this job does not use "
                            "mpirun (add --mpi); ignored")
-    if p.get("autotune_in_config"):
-        out.notices.append("--config-file: its autotune section is ignored; gcurun has no "
-                           "autotune yet")
 
 
 def _apply_logging(p: Mapping[str, Any], environ: Mapping[str, str], out: Compat,

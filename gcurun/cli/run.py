@@ -41,6 +41,12 @@ SETTING_KEYS = {
     "stall_check_warning_seconds": "runtime.stall_check_warning_seconds",
     "stall_check_shutdown_seconds": "runtime.stall_check_shutdown_seconds",
     "hierarchical_allreduce": "runtime.hierarchical_allreduce",
+    "autotune": "runtime.autotune", "autotune_log_file": "runtime.autotune_log_file",
+    "autotune_warmup_samples": "runtime.autotune_warmup_samples",
+    "autotune_steps_per_sample": "runtime.autotune_steps_per_sample",
+    "autotune_bayes_opt_max_samples": "runtime.autotune_bayes_opt_max_samples",
+    "autotune_gaussian_process_noise": "runtime.autotune_gaussian_process_noise",
+    "autotune_cache": "runtime.autotune_cache",
     "min_np": "elastic.min_np", "max_np": "elastic.max_np",
     "host_discovery_script": "elastic.host_discovery_script", "slots": "elastic.slots",
     "reset_limit": "elastic.reset_limit", "elastic_timeout": "elastic.timeout",
@@ -161,6 +167,25 @@ def _options(func):
         click.option("--hierarchical-allreduce/--no-hierarchical-allreduce", default=None,
                      help="Two-level allreduce (shared memory in a host, rings across "
                           "hosts) always / never (default: when faster)."),
+        # Autotune (horovodrun's options, and the cache)
+        click.option("--autotune/--no-autotune", default=None,
+                     help="Rank 0 tunes the knobs not set while the job trains (needs "
+                          "pip install 'gcurun[autotune]'); a summary at the end."),
+        click.option("--autotune-log-file", metavar="FILE",
+                     help="Autotune: a CSV row per sample (Horovod's columns, then "
+                          "gcurun's); the best last."),
+        click.option("--autotune-warmup-samples", type=int, metavar="N",
+                     help="Autotune: samples discarded at the start (default 3)."),
+        click.option("--autotune-steps-per-sample", type=int, metavar="N",
+                     help="Autotune: steps per sample; a sample scores the median of its "
+                          "steps (default 10)."),
+        click.option("--autotune-bayes-opt-max-samples", type=int, metavar="N",
+                     help="Autotune: samples to take before settling (default 20)."),
+        click.option("--autotune-gaussian-process-noise", type=float, metavar="X",
+                     help="Autotune: noise in the samples, 0-1 (default 0.8; 0: none)."),
+        click.option("--autotune-cache", metavar="FILE",
+                     help="Autotune: keep what was learned per job shape in FILE; a job "
+                          "of the same shape starts from it."),
         # What to do
         click.option("--dry-run", is_flag=True, help="Print the plan; start nothing."),
         click.option("--json", "as_json", is_flag=True, help="With --dry-run: print JSON."),

@@ -63,6 +63,14 @@ class RuntimeSettings:
     stall_check_shutdown_seconds: float = 0.0   # 0 disables the shutdown
     timeout_seconds: float = 300.0              # every blocking wait of a rank
     hierarchical_allreduce: bool | None = None  # two-level allreduce; None = when faster
+    # Autotune (Horovod's --autotune*; defaults those of its parameter manager)
+    autotune: bool = False
+    autotune_log_file: str | None = None        # the CSV log of samples (rank 0's host)
+    autotune_warmup_samples: int = 3
+    autotune_steps_per_sample: int = 10
+    autotune_bayes_opt_max_samples: int = 20
+    autotune_gaussian_process_noise: float = 0.8
+    autotune_cache: str | None = None           # what was learned, per job shape
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,13 @@ _HOROVOD: dict[str, _Alias] = {
         KEYS_BY_PATH["runtime.stall_check_shutdown_seconds"]),
     "runtime.hierarchical_allreduce": _Alias(
         "HOROVOD_HIERARCHICAL_ALLREDUCE", KEYS_BY_PATH["runtime.hierarchical_allreduce"]),
+    "runtime.autotune": _Alias("HOROVOD_AUTOTUNE", KEYS_BY_PATH["runtime.autotune"]),
+    "runtime.autotune_log_file": _Alias("HOROVOD_AUTOTUNE_LOG",
+                                        KEYS_BY_PATH["runtime.autotune_log_file"]),
+    **{f"runtime.autotune_{name}": _Alias(f"HOROVOD_AUTOTUNE_{name.upper()}",
+                                          KEYS_BY_PATH[f"runtime.autotune_{name}"])
+       for name in ("warmup_samples", "steps_per_sample", "bayes_opt_max_samples",
+                    "gaussian_process_noise")},
     # horovodrun's --start-timeout variable
     "ssh.timeout": _Alias("HOROVOD_START_TIMEOUT", KEYS_BY_PATH["ssh.timeout"]),
 }

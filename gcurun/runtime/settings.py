@@ -21,6 +21,13 @@ DEFAULT_CHUNK_BYTES = 2 << 20
 DEFAULT_CACHE_CAPACITY = 1024
 DEFAULT_TIMELINE_MAX_MB = 1024.0
 DEFAULT_LIVENESS_SECONDS = 10.0
+# Horovod's autotune defaults (its parameter manager's).
+DEFAULT_AUTOTUNE_WARMUP_SAMPLES = 3
+DEFAULT_AUTOTUNE_STEPS_PER_SAMPLE = 10
+DEFAULT_AUTOTUNE_MAX_SAMPLES = 20
+DEFAULT_AUTOTUNE_NOISE = 0.8
+DEFAULT_AUTOTUNE_RETUNE_THRESHOLD = 0.2
+AUTOTUNE_SAMPLERS = ("gp", "tpe")
 
 # Variables that MPI launchers (mpirun of Open MPI, MPICH/Hydra, Intel MPI, MVAPICH,
 # srun with PMI/PMIx) set on every rank they start.
@@ -80,6 +87,27 @@ class RuntimeEnv:
     # GCURUN_LOG_LEVEL (HOROVOD_LOG_LEVEL): the least level of the runtime's messages on
     # stderr, a name of LOG_LEVELS; None leaves Python's logging as it is
     log_level: str | None = None
+    # The ring's chunk between hosts (GCURUN_STREAM_BYTES; None: the ring's own default)
+    stream_bytes: int | None = None
+    # Autotune (rank 0 searches the knobs while the job trains: gcurun.runtime.autotune)
+    autotune: AutotuneEnv | None = None
+    # The tunable knobs whose variable is set: autotune holds them constant.
+    knobs_set: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class AutotuneEnv:
+    """GCURUN_AUTOTUNE* (HOROVOD_AUTOTUNE*): how rank 0 tunes the engine's knobs."""
+
+    log_file: str | None = None                  # GCURUN_AUTOTUNE_LOG_FILE: the CSV log
+    warmup_samples: int = DEFAULT_AUTOTUNE_WARMUP_SAMPLES
+    steps_per_sample: int = DEFAULT_AUTOTUNE_STEPS_PER_SAMPLE
+    max_samples: int = DEFAULT_AUTOTUNE_MAX_SAMPLES     # ..._BAYES_OPT_MAX_SAMPLES
+    noise: float = DEFAULT_AUTOTUNE_NOISE               # ..._GAUSSIAN_PROCESS_NOISE
+    cache: str | None = None                     # GCURUN_AUTOTUNE_CACHE: what was learned
+    retune_threshold: float = DEFAULT_AUTOTUNE_RETUNE_THRESHOLD
+    sampler: str = "gp"                          # GCURUN_AUTOTUNE_SAMPLER: gp or tpe
+    seed: int | None = None                      # GCURUN_AUTOTUNE_SEED
 
 
 def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
@@ -104,8 +132,62 @@ def parse_runtime_env(environ: Mapping[str, str]) -> RuntimeEnv:
         liveness_seconds=_positive(environ, "GCURUN_LIVENESS_TIMEOUT_SECONDS",
                                    DEFAULT_LIVENESS_SECONDS),
         log_level=_log_level(environ, _pick(environ, "GCURUN_LOG_LEVEL")),
+        stream_bytes=_int(environ, "GCURUN_STREAM_BYTES", 1),
+        autotune=_autotune(environ),
+        knobs_set=_knobs_set(environ),
         **_engine_knobs(environ),
     )
+
+
+# The variables of each knob autotune searches (a knob whose variable is set is held).
+KNOB_VARIABLES = {
+    "fusion_threshold_mb": ("GCURUN_FUSION_THRESHOLD_MB", "HOROVOD_FUSION_THRESHOLD"),
+    "cycle_time_ms": ("GCURUN_CYCLE_TIME_MS", "HOROVOD_CYCLE_TIME"),
+    "cache_enabled": ("GCURUN_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY"),
+    "hierarchical_allreduce": ("GCURUN_HIERARCHICAL_ALLREDUCE",
+                               "HOROVOD_HIERARCHICAL_ALLREDUCE"),
+    "chunk_bytes": ("GCURUN_CHUNK_BYTES",),
+    "stream_bytes": ("GCURUN_STREAM_BYTES",),
+}
+
+
+def _knobs_set(environ: Mapping[str, str]) -> frozenset[str]:
+    return frozenset(knob for knob, names in KNOB_VARIABLES.items()
+                     if any(environ.get(name, "").strip() for name in names))
+
+
+def _autotune(environ: Mapping[str, str]) -> AutotuneEnv | None:
+    if not _flag(environ, _pick(environ, "GCURUN_AUTOTUNE"), False):
+        return None
+    sampler = (_text(environ, "GCURUN_AUTOTUNE_SAMPLER") or "gp").strip().lower()
+    if sampler not in AUTOTUNE_SAMPLERS:
+        raise UsageError(f"GCURUN_AUTOTUNE_SAMPLER={sampler!r}: use one of "
+                         f"{', '.join(AUTOTUNE_SAMPLERS)}")
+    noise = _non_negative(environ, _pick(environ, "GCURUN_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"),
+                          DEFAULT_AUTOTUNE_NOISE)
+    if noise > 1:
+        raise UsageError(f"{_pick(environ, 'GCURUN_AUTOTUNE_GAUSSIAN_PROCESS_NOISE')}="
+                         f"{noise:g}: must be from 0 to 1")
+    return AutotuneEnv(
+        log_file=_text(environ, _pick(environ, "GCURUN_AUTOTUNE_LOG_FILE")),
+        warmup_samples=_count(environ, "GCURUN_AUTOTUNE_WARMUP_SAMPLES", 0,
+                              DEFAULT_AUTOTUNE_WARMUP_SAMPLES),
+        steps_per_sample=_count(environ, "GCURUN_AUTOTUNE_STEPS_PER_SAMPLE", 1,
+                                DEFAULT_AUTOTUNE_STEPS_PER_SAMPLE),
+        max_samples=_count(environ, "GCURUN_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 1,
+                           DEFAULT_AUTOTUNE_MAX_SAMPLES),
+        noise=noise,
+        cache=_text(environ, "GCURUN_AUTOTUNE_CACHE"),
+        retune_threshold=_positive(environ, "GCURUN_AUTOTUNE_RETUNE_THRESHOLD",
+                                   DEFAULT_AUTOTUNE_RETUNE_THRESHOLD),
+        sampler=sampler,
+        seed=_int(environ, "GCURUN_AUTOTUNE_SEED", 0),
+    )
+
+
+def _count(environ: Mapping[str, str], name: str, minimum: int, default: int) -> int:
+    value = _int(environ, _pick(environ, name), minimum)
+    return default if value is None else value
 
 
 # Horovod's names for the engine's knobs (a script run directly under mpirun may set
@@ -120,6 +202,12 @@ HOROVOD_TWINS = {
     "GCURUN_HIERARCHICAL_ALLREDUCE": "HOROVOD_HIERARCHICAL_ALLREDUCE",
     "GCURUN_NETWORK_INTERFACE": "HOROVOD_GLOO_IFACE",
     "GCURUN_LOG_LEVEL": "HOROVOD_LOG_LEVEL",
+    "GCURUN_AUTOTUNE": "HOROVOD_AUTOTUNE",
+    "GCURUN_AUTOTUNE_LOG_FILE": "HOROVOD_AUTOTUNE_LOG",
+    "GCURUN_AUTOTUNE_WARMUP_SAMPLES": "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
+    "GCURUN_AUTOTUNE_STEPS_PER_SAMPLE": "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE",
+    "GCURUN_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+    "GCURUN_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
 }
 
 LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")

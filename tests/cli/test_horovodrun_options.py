@@ -35,8 +35,6 @@ HOROVODRUN_SPELLINGS = (
     "-H", "--hosts", "-hostfile", "--hostfile", "--host-discovery-script", "--gloo", "--mpi",
     "--jsrun",
 )
-# The autotune options come with the autotune work (not covered here).
-AUTOTUNE = frozenset(s for s in HOROVODRUN_SPELLINGS if "autotune" in s)
 
 
 @pytest.fixture
@@ -136,6 +134,18 @@ ROWS: list[tuple[str, tuple[str, ...], Check]] = [
      _notice("--torus-allreduce: NCCL's torus allreduce is absent here; use "
              "--hierarchical-allreduce for a two-level allreduce")),
     ("--no-torus-allreduce", ("--no-torus-allreduce",), _no_notice(lambda s: True)),
+    ("--autotune", ("--autotune",), _no_notice(lambda s: s.runtime.autotune is True)),
+    ("--no-autotune", ("--no-autotune",), _no_notice(lambda s: s.runtime.autotune is False)),
+    ("--autotune-log-file", ("--autotune-log-file", "at.csv"),
+     _no_notice(lambda s: s.runtime.autotune_log_file == "at.csv")),
+    ("--autotune-warmup-samples", ("--autotune-warmup-samples", "5"),
+     _no_notice(lambda s: s.runtime.autotune_warmup_samples == 5)),
+    ("--autotune-steps-per-sample", ("--autotune-steps-per-sample", "20"),
+     _no_notice(lambda s: s.runtime.autotune_steps_per_sample == 20)),
+    ("--autotune-bayes-opt-max-samples", ("--autotune-bayes-opt-max-samples", "40"),
+     _no_notice(lambda s: s.runtime.autotune_bayes_opt_max_samples == 40)),
+    ("--autotune-gaussian-process-noise", ("--autotune-gaussian-process-noise", "0.3"),
+     _no_notice(lambda s: s.runtime.autotune_gaussian_process_noise == 0.3)),
     ("--min-np", ("--min-np", "1", "--host-discovery-script", "{tmp}/hosts.sh"),
      _no_notice(lambda s: True)),
     ("--min-num-proc", ("--min-num-proc", "1", "--host-discovery-script", "{tmp}/hosts.sh"),
@@ -230,7 +240,7 @@ PARAMS = {
 def test_the_table_holds_every_horovodrun_spelling():
     assert len(HOROVODRUN_SPELLINGS) == len(set(HOROVODRUN_SPELLINGS)) == 71
     covered = {row[0] for row in ROWS} | {"-v", "--version", "-cb", "--check-build"}
-    assert covered | AUTOTUNE == set(HOROVODRUN_SPELLINGS)
+    assert covered == set(HOROVODRUN_SPELLINGS)
 
 
 @pytest.fixture
@@ -372,13 +382,27 @@ def test_each_config_file_section_sets_its_setting(captured, capsys, tmp_path, t
     assert check(s)
 
 
-def test_the_config_files_autotune_section_is_ignored_with_a_notice(captured, capsys,
-                                                                     tmp_path):
-    path = _file(tmp_path, "c.yaml", "autotune:\n  enabled: true\n")
+def test_the_config_files_autotune_section_sets_autotune_below_the_command_line(
+        captured, capsys, tmp_path):
+    path = _file(tmp_path, "c.yaml", "autotune:\n  enabled: true\n  log_file: a.csv\n"
+                 "  warmup_samples: 1\n  steps_per_sample: 4\n  bayes_opt_max_samples: 9\n"
+                 "  gaussian_process_noise: 0.5\n")
+    code, s, _, _, err = captured(capsys, "--config-file", path,
+                                  "--autotune-steps-per-sample", "6", "true")
+    assert code == 0, err
+    assert err == ""
+    r = s.runtime
+    assert (r.autotune, r.autotune_log_file, r.autotune_warmup_samples,
+            r.autotune_steps_per_sample, r.autotune_bayes_opt_max_samples,
+            r.autotune_gaussian_process_noise) == (True, "a.csv", 1, 6, 9, 0.5)
+
+
+def test_a_config_files_autotune_count_must_be_a_whole_number(captured, capsys, tmp_path):
+    path = _file(tmp_path, "c.yaml", "autotune:\n  warmup_samples: 1.5\n")
     code, _, _, _, err = captured(capsys, "--config-file", path, "true")
-    assert code == 0
-    assert err == NOTE + ("--config-file: its autotune section is ignored; gcurun has no "
-                          "autotune yet\n")
+    assert code == 2
+    assert err == (f"gcurun: error: --config-file '{path}': autotune.warmup_samples = 1.5: "
+                   "write a whole number of at least 0\n")
 
 
 def test_a_unique_prefix_of_a_long_option_is_that_option_as_in_horovodrun(captured, capsys):

@@ -24,7 +24,12 @@ import numpy as np
 from gcurun.runtime.algorithms.gather import gather_allreduce
 from gcurun.runtime.algorithms.levels import HostLayout, Mode, TwoLevels, use_two_levels
 from gcurun.runtime.algorithms.pieces import Finish, Pieces
-from gcurun.runtime.algorithms.ring import ring_allgather, ring_reduce_scatter, streams
+from gcurun.runtime.algorithms.ring import (
+    STREAM_BYTES,
+    ring_allgather,
+    ring_reduce_scatter,
+    streams,
+)
 from gcurun.runtime.algorithms.segments import even_counts, pair_halves, to_segments
 from gcurun.runtime.api import Transport
 from gcurun.runtime.dtypes import aligned_empty
@@ -47,6 +52,14 @@ class Scratch:
         self._chunks: dict[np.dtype, np.ndarray] = {}
         self._spares: dict[tuple[np.dtype, int], np.ndarray] = {}
         self._gather: np.ndarray | None = None
+
+    def resize(self, chunk_bytes: int) -> None:
+        """Ring chunks of ``chunk_bytes`` from now on (every rank at the same point: both
+        ends of a transfer cut it alike)."""
+        if chunk_bytes != self.chunk_bytes:
+            self.chunk_bytes = chunk_bytes
+            self._chunks.clear()
+            self._spares.clear()
 
     def chunk_len(self, dtype: np.dtype) -> int:
         """Elements of ``dtype`` in one ring chunk."""
@@ -88,6 +101,8 @@ class Reducer:
         self.scratch = Scratch(chunk_bytes, transport.size)
         self.layout = layout if layout is not None and layout.two_level else None
         self.mode: Mode = two_levels
+        # The ring's chunk between hosts (see :mod:`.ring`); autotune may change it.
+        self.stream_bytes = STREAM_BYTES
         self._levels: TwoLevels | None = None
         # The held tensor (the caller's array) and its ring's two prepared exchanges;
         # a weak reference to the last large in-place tensor that ran without them.
@@ -146,11 +161,11 @@ class Reducer:
         spare = self.scratch.spare(dtype, 0) if stream else None   # (made only if needed)
         if phase is not None:
             phase("RING_REDUCESCATTER", True)
-        ring_reduce_scatter(t, pieces, segments, ufunc, tmp, finish, spare)
+        ring_reduce_scatter(t, pieces, segments, ufunc, tmp, finish, spare, self.stream_bytes)
         if phase is not None:
             phase("RING_REDUCESCATTER", False)
             phase("RING_ALLGATHER", True)
-        ring_allgather(t, pieces, segments, stream)
+        ring_allgather(t, pieces, segments, stream, self.stream_bytes)
         if phase is not None:
             phase("RING_ALLGATHER", False)
 

@@ -42,7 +42,8 @@ def streams(t: Transport, dest: int, source: int) -> bool:
 
 def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[Segment],
                         ufunc: np.ufunc, tmp: np.ndarray, finish: Finish | None = None,
-                        spare: np.ndarray | None = None) -> None:
+                        spare: np.ndarray | None = None,
+                        stream_bytes: int = STREAM_BYTES) -> None:
     """Rank r ends with segment r reduced into the outputs. Segments travel in chunks of
     ``len(tmp)`` elements, each one message however many pieces it spans. ``finish``
     (averaging, scaling) is applied to each chunk of segment r as soon as it is reduced,
@@ -50,19 +51,19 @@ def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[Segment
 
     With ``spare`` (a second buffer like ``tmp``), where the transport leaves exchanges
     with both neighbours in flight (:func:`streams`), each step streams: chunks of
-    STREAM_BYTES, two in flight at a time (the next starts as the reduction of the last
-    begins), each reduced as it arrives (in pieces of ARRIVAL_BYTES), so the link does
-    not wait for the reduction. Between such peers a message is a byte stream, so the
-    neighbours may cut it otherwise (one of them may not stream). Every exchange of a
-    step is done when the step ends: the next sends what this one reduced, and the
-    caller may reuse the buffers on return."""
+    ``stream_bytes`` (default STREAM_BYTES), two in flight at a time (the next starts as
+    the reduction of the last begins), each reduced as it arrives (in pieces of
+    ARRIVAL_BYTES), so the link does not wait for the reduction. Between such peers a
+    message is a byte stream, so the neighbours may cut it otherwise (one of them may not
+    stream). Every exchange of a step is done when the step ends: the next sends what this
+    one reduced, and the caller may reuse the buffers on return."""
     p, r = t.size, t.rank
     right, left = (r + 1) % p, (r - 1) % p
     start: Callable[..., InFlight | None] | None = None
     buffers = (tmp, tmp)
     if spare is not None and streams(t, right, left):
         start = t.start_sendrecv_parts  # type: ignore[attr-defined]
-        chunk = min(len(tmp), len(spare), max(STREAM_BYTES // tmp.itemsize, 1))
+        chunk = min(len(tmp), len(spare), max(stream_bytes // tmp.itemsize, 1))
         buffers = (tmp[:chunk], spare[:chunk])
     for step in range(p - 1):
         exchanges = _Step(t, start, pieces, segments[(r - step - 1) % p],
@@ -179,16 +180,16 @@ def cut(buffer: np.ndarray, incoming: Sequence[tuple[np.ndarray, np.ndarray]]
 
 
 def ring_allgather(t: Transport, pieces: Pieces, segments: Sequence[Segment],
-                   stream: bool = False) -> None:
+                   stream: bool = False, stream_bytes: int = STREAM_BYTES) -> None:
     """Every rank holds its own segment r in the outputs; afterwards every rank holds all
     of them. A segment is one message each way (nothing is computed on arrival); with
     ``stream``, where the transport leaves exchanges with both neighbours in flight
-    (:func:`streams`), in chunks of STREAM_BYTES, two in flight."""
+    (:func:`streams`), in chunks of ``stream_bytes``, two in flight."""
     p, r = t.size, t.rank
     right, left = (r + 1) % p, (r - 1) % p
     chunk = None
     if stream and pieces.pairs and streams(t, right, left):
-        chunk = max(STREAM_BYTES // pieces.pairs[0][0].itemsize, 1)
+        chunk = max(stream_bytes // pieces.pairs[0][0].itemsize, 1)
     for step in range(p - 1):
         sends = [out for _, out in pieces.parts(*segments[(r - step) % p])]
         recvs = [out for _, out in pieces.parts(*segments[(r - step - 1) % p])]

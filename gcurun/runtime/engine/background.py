@@ -23,6 +23,7 @@ reduction routine.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,7 +34,10 @@ from gcurun.runtime.engine.cycles import MIB
 from gcurun.runtime.engine.quick_cycle import QuickCycle
 from gcurun.runtime.settings import RuntimeEnv
 
-PROTOCOL_VERSION = 3
+if TYPE_CHECKING:
+    from gcurun.runtime.autotune import Tuner
+
+PROTOCOL_VERSION = 4
 
 
 class Engine(QuickCycle):
@@ -44,18 +48,21 @@ TWO_LEVEL_MODES: tuple[alg.TwoLevelMode, ...] = ("auto", "on", "off")
 
 
 def start_engine(transport: Transport, env: RuntimeEnv, chunk_bytes: int,
-                 idle_cycles: bool = True, hosts: Sequence[str] | None = None) -> Engine:
+                 idle_cycles: bool = True, hosts: Sequence[str] | None = None,
+                 tuner: Tuner | None = None) -> Engine:
     """Agree on the engine's settings (rank 0's win) and start the engine thread
     (``idle_cycles``: see :class:`Engine`). ``hosts``: the host of every rank of
     ``transport`` (the same list on every rank), for the two-level allreduce.
 
     The cache capacity, fusion threshold, chunk size and two-level mode must be the same
-    on every rank (they decide message sizes and partners), so rank 0 broadcasts its own.
+    on every rank (they decide message sizes and partners), so rank 0 broadcasts its own,
+    and whether it autotunes them (``tuner``, rank 0's; the others take its decisions).
     """
     two_levels = {None: "auto", True: "on", False: "off"}[env.hierarchical_allreduce]
     config = np.array([PROTOCOL_VERSION, env.cache_capacity,
                        int(env.fusion_threshold_mb * MIB), chunk_bytes,
-                       TWO_LEVEL_MODES.index(two_levels)], np.int64)
+                       TWO_LEVEL_MODES.index(two_levels), int(tuner is not None)],
+                      np.int64)
     if transport.size > 1:
         mine = int(config[0])
         alg.broadcast(transport, config, 0, len(config))
@@ -71,4 +78,5 @@ def start_engine(transport: Transport, env: RuntimeEnv, chunk_bytes: int,
         layout = alg.HostLayout.from_names(hosts)
     return Engine(transport, env, capacity=int(config[1]), threshold_bytes=int(config[2]),
                   chunk_bytes=int(config[3]), idle_cycles=idle_cycles, layout=layout,
-                  two_levels=TWO_LEVEL_MODES[int(config[4])])
+                  two_levels=TWO_LEVEL_MODES[int(config[4])], autotuned=bool(config[5]),
+                  tuner=tuner if transport.rank == 0 else None)

@@ -21,12 +21,21 @@ class ResponseCache:
         self._free = list(range(capacity))
         self.epoch = 0
         self.newest: str | None = None      # the name used last (touch it: nothing moves)
+        self.enabled = True                 # off: nothing is cached (autotune's knob)
+
+    def enable(self, enabled: bool) -> None:
+        """Cache agreements again, or forget them all and cache none (every rank at the
+        same point of the same cycle, so the slots stay alike)."""
+        if not enabled:
+            for name in [entry.name for entry in self.by_slot if entry is not None]:
+                self.evict(name)
+        self.enabled = enabled
 
     def get(self, name: str) -> tuple[int, Agreed] | None:
         return self.by_name.get(name)
 
     def put(self, agreed: Agreed) -> None:
-        if not self.capacity:
+        if not self.capacity or not self.enabled:
             return
         old = self.by_name.get(agreed.name)
         if old is not None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -229,6 +230,11 @@ class Calls(Cycles):
             self._stop_requested = True
             self._lock.notify()
         self._thread.join(self.timeout + 10)
+        tuner, self.tuner = self.tuner, None
+        if tuner is not None:
+            tuned = logging.getLogger("gcurun.autotune")
+            for line in tuner.close():
+                tuned.info(line)
 
     @property
     def running(self) -> bool:

@@ -126,6 +126,12 @@ class Coordination(Blocks):
             self.missing[name] = tuple(missing)
         if response.get("shutdown"):
             outcome.stalled = response["shutdown"]
+        if "knobs" in response:
+            outcome.knobs = response["knobs"]
+
+    def announce_knobs(self, knobs: dict[str, Any]) -> None:
+        """Rank 0: send every rank ``knobs`` in the next cycle, which all take at once."""
+        self._news["knobs"] = knobs
 
     def _send_bytes(self, data: bytes, dest: int) -> None:
         self.t.send(np.array([len(data)], np.uint64), dest)

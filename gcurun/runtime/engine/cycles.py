@@ -27,10 +27,11 @@ alike and their idle cycles stay in step.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,8 +50,12 @@ from gcurun.runtime.engine.stall import SilenceWatch, StallInspector
 from gcurun.runtime.engine.timeline import Timeline, timeline_path
 from gcurun.runtime.settings import RuntimeEnv
 
+if TYPE_CHECKING:
+    from gcurun.runtime.autotune import Tuner
+
 log = logging.getLogger("gcurun.runtime.engine")
 
+TUNED_KINDS = (OpKind.ALLREDUCE, OpKind.ALLGATHER)    # the bytes autotune scores
 IDLE_TICK = 0.01
 IDLE_TICK_MAX = 0.1
 STUCK_TICK_MAX = 0.01
@@ -62,7 +67,8 @@ class Cycles:
 
     def __init__(self, transport: Transport, env: RuntimeEnv, *, capacity: int,
                  threshold_bytes: int, chunk_bytes: int, idle_cycles: bool = True,
-                 layout: alg.HostLayout | None = None, two_levels: alg.TwoLevelMode = "auto"):
+                 layout: alg.HostLayout | None = None, two_levels: alg.TwoLevelMode = "auto",
+                 autotuned: bool = False, tuner: Tuner | None = None):
         self.t = transport
         self.rank, self.size = transport.rank, transport.size
         self.timeout = env.timeout_seconds
@@ -81,6 +87,15 @@ class Cycles:
         self.executor = Executor(transport, chunk_bytes, threshold_bytes, self.timeline,
                                  huge_pages=env.huge_pages, layout=layout,
                                  two_levels=two_levels)
+        if env.stream_bytes:
+            self.executor.reducer.stream_bytes = env.stream_bytes
+        # Autotune (on every rank, when rank 0 tunes): rank 0's tuner, and every rank's
+        # record of the knobs it took: (negotiated cycle, decision number, knobs).
+        self.autotuned = autotuned
+        self.tuner = tuner
+        self.knob_history: list[tuple[int, int, dict[str, Any]]] = []
+        self._decisions = 0
+        self._requested: dict[str, Any] | None = None     # rank 0: knobs set by hand
         self._lock = threading.Condition()
         self._incoming: list[Op] = []
         self._incoming_names: set[str] = set()     # the names callers gave them
@@ -265,6 +280,9 @@ class Cycles:
                 self._admit(op)
             if incoming:
                 self._progress_at = self._last_start
+            requested, self._requested = self._requested, None
+        if requested is not None:
+            self._announce(requested)
         now_ns = time.monotonic_ns()
         if self.timeline is not None:
             self.timeline.cycle(now_ns)
@@ -323,6 +341,8 @@ class Cycles:
                 del self._parked[name]
 
     def _run_outcome(self, outcome: CycleDecision) -> None:
+        if outcome.knobs is not None:
+            self._take_knobs(outcome.knobs)
         ready_ns = time.monotonic_ns()
         items = []
         pending, controller, timeline = self._pending, self.controller, self.timeline
@@ -357,6 +377,56 @@ class Cycles:
         if outcome.join_done is not None and self._joining is not None:
             self._joining.finish(outcome.join_done)
             self._joining = None
+        if self.tuner is not None and outcome.ready:
+            self._feed_tuner(outcome.ready)
+
+    # -- autotune -------------------------------------------------------------------------
+
+    def _take_knobs(self, data: dict[str, Any]) -> None:
+        """Rank 0's decision, taken by every rank in the same cycle before its ops run."""
+        from gcurun.runtime.autotune.knobs import Knobs
+
+        knobs = Knobs.from_json(data["knobs"])
+        self.cycle_seconds = knobs.cycle_time_ms / 1000
+        self.threshold_bytes = int(knobs.fusion_threshold_mb * MIB)
+        hier = knobs.hierarchical_allreduce
+        two_levels: alg.TwoLevelMode = "auto" if hier is None else "on" if hier else "off"
+        self.executor.retune(self.threshold_bytes, knobs.chunk_bytes, knobs.stream_bytes,
+                             two_levels)
+        self.controller.cache.enable(knobs.cache_enabled)
+        self.knob_history.append((self.controller.cycles_negotiated, int(data["number"]),
+                                  knobs.to_json()))
+
+    def _feed_tuner(self, ready: list[Agreed]) -> None:
+        """Rank 0: tell the tuner what this cycle reduced and gathered; announce its
+        decision, if any. A failing tuner stops tuning, never the job."""
+        assert self.tuner is not None
+        items = [(a.name, _nbytes(a)) for a in ready if a.kind in TUNED_KINDS]
+        if not items:
+            return
+        try:
+            knobs = self.tuner.observe(items, time.monotonic())
+        except Exception as exc:
+            log.warning("autotune stopped: %s: %s", type(exc).__name__, exc)
+            self.tuner = None
+            return
+        if knobs is not None:
+            self._announce(knobs.to_json())
+
+    def _announce(self, knobs: dict[str, Any]) -> None:
+        self._decisions += 1
+        self.controller.announce_knobs({"knobs": knobs, "number": self._decisions})
+
+    def request_knobs(self, knobs: dict[str, Any]) -> None:
+        """Rank 0: every rank takes ``knobs`` (:class:`~gcurun.runtime.autotune.Knobs`
+        as JSON) in one of the next cycles, as it takes autotune's decisions: a way to
+        time several settings in one job (benchmarks/autotune.py does). Raises ValueError
+        on another rank."""
+        if self.rank != 0:
+            raise ValueError("request_knobs: only rank 0 decides the knobs")
+        with self._lock:
+            self._requested = dict(knobs)
+            self._lock.notify()
 
     def _reduce_inline(self, agreed: Agreed, op: Op, start_ns: int) -> np.ndarray:
         """The result of an op whose data every rank's block carried: the blocks reduced
@@ -408,3 +478,10 @@ class Cycles:
         for op in ops:
             if op.state != DONE:
                 op.finish(exception=make(op))
+
+
+def _nbytes(agreed: Agreed) -> int:
+    """The bytes an allreduce reduces (an allgather gathers) on each rank."""
+    if agreed.kind == OpKind.ALLGATHER and agreed.rows is not None:
+        return sum(agreed.rows) * math.prod(agreed.shape) * agreed.dtype.itemsize
+    return agreed.elements * agreed.dtype.itemsize

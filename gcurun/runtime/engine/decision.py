@@ -4,6 +4,7 @@ whose engines fell out of step."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gcurun.runtime.api import CollectiveError
 from gcurun.runtime.engine.requests import Agreed
@@ -24,3 +25,5 @@ class CycleDecision:
     shutdown: str | None = None             # 'rank N': the first rank shutting down
     stalled: str | None = None              # the stall inspector shut the job down
     inline: Agreed | None = None            # the ready op whose data rode in the blocks
+    # Rank 0's autotune: the knobs every rank takes in this cycle, before running its ops
+    knobs: dict[str, Any] | None = None

@@ -107,6 +107,19 @@ class Executor:
         self._plans: OrderedDict[tuple[Agreed, ...],
                                  list[tuple[list[int], Layout | None]]] = OrderedDict()
 
+    def retune(self, threshold_bytes: int, chunk_bytes: int, stream_bytes: int,
+               two_levels: TwoLevelMode) -> None:
+        """New knobs (autotune's), taken by every rank between the same two cycles."""
+        reducer = self.reducer
+        if chunk_bytes != self.chunk_bytes:
+            reducer.release()       # (its prepared exchanges receive into old chunks)
+            reducer.scratch.resize(chunk_bytes)
+            self.chunk_bytes = chunk_bytes
+        reducer.stream_bytes = stream_bytes
+        reducer.mode = two_levels
+        self.threshold_bytes = threshold_bytes
+        self._plans.clear()
+
     def run(self, items: Sequence[Item], ready_ns: int, complete: Complete) -> None:
         """Run ``items`` (fusing what may be fused); ``complete(op, result)`` for each of
         this rank's ops as soon as its batch is done."""

@@ -70,7 +70,9 @@ class QuickCycle(Calls):
         first, second = views if plan.plain else (None, None)      # type: ignore[misc]
         # numpy deprecates a positional out for minimum and maximum.
         positional = ufunc is not np.minimum and ufunc is not np.maximum
-        seen = -1 if self.timeline is None else None    # (a timeline: never quick)
+        # A timeline, or autotune (whose history counts every negotiated cycle alike on
+        # every rank): never quick.
+        seen = -1 if self.timeline is None and not self.autotuned else None
         left = (0, 0)               # the byte and bit of the plan's slot (a token too)
         byte = bit = 0
 

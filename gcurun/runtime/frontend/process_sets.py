@@ -200,7 +200,10 @@ def process_sets() -> list[ProcessSet]:
 
 
 def _set_env(env: Any, set_id: int) -> Any:
-    """The settings of a set's engine: its timeline, if any, in a file of its own."""
+    """The settings of a set's engine: its timeline, if any, in a file of its own; no
+    autotune (the job's own engine tunes)."""
+    if env.autotune is not None:
+        env = dataclasses.replace(env, autotune=None)
     if not env.timeline:
         return env
     return dataclasses.replace(env, timeline=set_timeline_path(env.timeline, set_id))

@@ -241,12 +241,28 @@ def _start_engine(state_: RuntimeState) -> RuntimeState:
             _check_mpi_threads()
             _exit_at_once_on_an_unhandled_error()
         state_.engine = start_engine(state_.transport, state_.env, state_.env.chunk_bytes,
-                                     hosts=state_.hosts)
+                                     hosts=state_.hosts, tuner=_tuner(state_))
     except BaseException:
         state_.opened.close()
         raise
     state_.communicator = Collectives(state_.engine)
     return state_
+
+
+def _tuner(state_: RuntimeState) -> Any:
+    """Rank 0's autotune tuner when the job autotunes (GCURUN_AUTOTUNE), else None.
+    Raises UsageError when optuna is missing."""
+    env, layout = state_.env, state_.topology
+    if env.autotune is None or layout.rank != 0:
+        return None
+    from gcurun.runtime import algorithms as alg
+    from gcurun.runtime.autotune import Shape, make_tuner, show_messages
+
+    two_levels = state_.hosts is not None and \
+        alg.HostLayout.from_names(state_.hosts).two_level
+    show_messages()
+    return make_tuner(env, Shape(layout.cross_size, layout.local_size, state_.backend),
+                      two_levels)
 
 
 _exit_hook_installed = False

@@ -1,0 +1,456 @@
+"""Autotune on shaped links: the default settings, ``--autotune``'s choice and the best
+point of an exhaustive grid over the same knobs, in steady-state step times.
+
+    python benchmarks/autotune.py [--rate 2gbit] [--layouts 1x2,2x2]
+        [--models resnet50-grads,mlp] [--steps 10] [--rounds 3] [--cluster DIR]
+        [--json FILE]
+    python benchmarks/autotune.py --quick        # one host x 2, the MLP, a tiny grid
+
+Needs root, ip, tc, unshare and sshd: it builds namespace hosts with
+tests/cluster/netns-cluster.sh (benchmarks/cluster_allreduce.py's ``prepare_cluster``),
+every host's link shaped to ``--rate``. Layouts: ``1x2`` is one host with two ranks (no
+link between them), ``2x2`` two hosts of two ranks each.
+
+Models (every rank the same):
+  resnet50-grads  ResNet-50's 161 gradient tensors (benchmarks/engine.py), averaged with
+                  allreduce_async_ in backward order each step: communication alone
+  mlp             benchmarks/torch_ddp.py's MLP trained by gcurun's DistributedOptimizer
+
+Per layout and model, two jobs (gcurun over SSH, the tcp backend):
+  grid      the defaults and every point of the grid, each set on every rank at once
+            (rank 0's engine sends it with the next cycle, as autotune's decisions go),
+            timed in a first pass of ``--screen-steps`` steps; then the defaults and the
+            fastest point take turns for ``--rounds`` rounds of ``--steps`` steps
+  autotune  ``gcurun --autotune`` (Horovod's budget unless told otherwise); once it has
+            settled (or after ``--tune-steps`` steps), its choice and the defaults take
+            turns for ``--rounds`` rounds of ``--steps`` steps
+
+A round's step time is the slowest rank's mean. Each job also times the defaults, taking
+turns with its own variant (jobs run minutes apart, and a shared machine's load moves in
+between): the table gives the median round, the range, each variant over its own job's
+defaults, and over the grid's best (both first taken over their job's defaults). Progress
+lines go to stderr while it runs. Times on a shared, busy machine move from run to run:
+compare the ratios of one run, and run it several times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.cluster_allreduce import (  # noqa: E402
+    BenchmarkError,
+    Layout,
+    parse_layouts,
+    prepare_cluster,
+)
+
+MODELS = ("resnet50-grads", "mlp")
+RANK_FLAG = "--rank-of"
+KIB, MIB = 1 << 10, 1 << 20
+# The grid: every combination (hierarchical allreduce only where there are 2+ hosts).
+GRID = {
+    "fusion_threshold_mb": (2.0, 16.0, 64.0),
+    "cycle_time_ms": (0.5, 2.0),
+    "cache_enabled": (True, False),
+    "hierarchical_allreduce": (None, True, False),
+    "chunk_bytes": (512 * KIB, 2 * MIB),
+    "stream_bytes": (128 * KIB, 256 * KIB, 1 * MIB),
+}
+QUICK_GRID = {"fusion_threshold_mb": (1.0, 64.0), "cycle_time_ms": (1.0,),
+              "cache_enabled": (True,), "hierarchical_allreduce": (None,),
+              "chunk_bytes": (2 * MIB,), "stream_bytes": (256 * KIB,)}
+
+
+# -- options ------------------------------------------------------------------------
+
+def parse_models(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names or any(n not in MODELS for n in names):
+        raise argparse.ArgumentTypeError(f"models {text!r}: pick from {','.join(MODELS)}, "
+                                         "comma-separated")
+    return names
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", default=None, help="tc rate of every host's link "
+                        "(default 2gbit; with --cluster, the cluster's own)")
+    parser.add_argument("--layouts", type=parse_layouts, default=None,
+                        help="HOSTSxRANKS, comma-separated (default 1x2,2x2)")
+    parser.add_argument("--models", type=parse_models, default=None,
+                        help=f"comma-separated, of {','.join(MODELS)} (default both)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per round "
+                        "(default 10)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
+    parser.add_argument("--screen-steps", type=int, default=None,
+                        help="steps per grid point in the first pass (default 4)")
+    parser.add_argument("--tune-steps", type=int, default=None,
+                        help="the most steps autotune may take to settle (default 2000)")
+    parser.add_argument("--autotune-args", default=None,
+                        help="extra gcurun --autotune-* options, quoted (default none: "
+                             "Horovod's budget)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a short run: 1x2, the MLP, a grid of 2 points, autotune with "
+                             "4 samples of 2 steps (options given as well still count)")
+    parser.add_argument("--cluster", type=Path, default=None,
+                        help="state directory of namespace hosts built already")
+    parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument("--job-seconds", type=float, default=3600.0,
+                        help="deadline of one job (default 3600)")
+    args = parser.parse_args(list(argv))
+    quick = {"layouts": parse_layouts("1x2"), "models": ["mlp"], "steps": 3, "rounds": 2,
+             "screen_steps": 2, "tune_steps": 200,
+             "autotune_args": "--autotune-warmup-samples 1 --autotune-steps-per-sample 2 "
+                              "--autotune-bayes-opt-max-samples 4"}
+    full = {"layouts": parse_layouts("1x2,2x2"), "models": list(MODELS), "steps": 10,
+            "rounds": 3, "screen_steps": 4, "tune_steps": 2000, "autotune_args": ""}
+    for name, value in (quick if args.quick else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if min(args.steps, args.rounds, args.screen_steps, args.tune_steps) < 1:
+        parser.error("--steps, --rounds, --screen-steps and --tune-steps must be at least 1")
+    return args
+
+
+def grid_points(grid: dict[str, tuple[Any, ...]], hosts: int) -> list[dict[str, Any]]:
+    """Every combination of ``grid``'s values (hierarchical allreduce as automatic on one
+    host, where it does not apply)."""
+    values = dict(grid)
+    if hosts < 2:
+        values["hierarchical_allreduce"] = (None,)
+    names = list(values)
+    return [dict(zip(names, combo, strict=True))
+            for combo in itertools.product(*(values[n] for n in names))]
+
+
+# -- results ------------------------------------------------------------------------
+
+@dataclass
+class ModelResult:
+    """One model on one layout: seconds per round, per variant, and their settings."""
+
+    model: str
+    times: dict[str, list[float]] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=dict)
+    tune_steps: int = 0
+
+
+def format_table(layout: Layout, rate_bits: int, models: list[ModelResult]) -> str:
+    lines = [f"# autotune, {layout.hosts} host(s) x {layout.per_host} ranks, links shaped "
+             f"to {rate_bits / 1e9:g} Gbit/s", "",
+             "| model | variant | median ms/step | range ms | / defaults | / grid best "
+             "| settings |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for result in models:
+        median = {v: statistics.median(t) for v, t in result.times.items()}
+        for variant, times in result.times.items():
+            m = median[variant]
+            own = median.get(TWIN[variant])         # the defaults of the same job
+            over = m / own if own else None
+            best = _over_grid_best(median, variant)
+            lines.append(
+                f"| {result.model} | {variant} | {m * 1e3:.1f} | {min(times) * 1e3:.1f}-"
+                f"{max(times) * 1e3:.1f} | {f'{over:.2f}' if over else '-'} | "
+                f"{f'{best:.2f}' if best else '-'} | {result.settings.get(variant, '')} |")
+        if result.tune_steps:
+            lines.append(f"# {result.model}: autotune settled after {result.tune_steps} steps")
+    return "\n".join(lines) + "\n"
+
+
+# Each variant's defaults: the same job's (jobs run minutes apart on a shared machine).
+TWIN = {"defaults": "defaults", "grid best": "defaults",
+        "defaults (autotune job)": "defaults (autotune job)",
+        "autotune": "defaults (autotune job)"}
+ORDER = tuple(TWIN)
+
+
+def _over_grid_best(median: dict[str, float], variant: str) -> float | None:
+    """A variant's step over the grid's best, each first taken over its own job's
+    defaults."""
+    best, base = median.get("grid best"), median.get("defaults")
+    own = median.get(TWIN[variant])
+    if not (best and base and own):
+        return None
+    return (median[variant] / own) / (best / base)
+
+
+def describe(point: dict[str, Any]) -> str:
+    from gcurun.runtime.autotune.knobs import Knobs
+
+    return Knobs.from_json(point).describe()
+
+
+# -- the ranks ----------------------------------------------------------------------
+
+class Workload:
+    """One model's training step on this rank."""
+
+    def __init__(self, model: str):
+        import gcurun.runtime as hvd
+
+        self.hvd = hvd
+        if model == "resnet50-grads":
+            import numpy as np
+
+            from benchmarks.engine import resnet50_shapes
+
+            self.grads = [np.ones(s, np.float32).reshape(-1) for s in resnet50_shapes()]
+            names = [f"resnet50.{i}" for i in range(len(self.grads))]
+            order = list(reversed(range(len(self.grads))))     # backward order
+
+            def step() -> None:
+                handles = [hvd.allreduce_async_(self.grads[i], name=names[i],
+                                                op=hvd.Average) for i in order]
+                for handle in handles:
+                    hvd.synchronize(handle)
+            self.step: Callable[[], None] = step
+        else:
+            import torch
+
+            import gcurun.runtime.torch as hvt
+            from benchmarks.torch_ddp import sgd_step
+
+            sys.path.insert(0, str(ROOT / "examples"))
+            from pytorch_synthetic_benchmark import MODELS as TORCH_MODELS
+            from pytorch_synthetic_benchmark import synthetic_batch
+
+            torch.set_num_threads(1)
+            torch.manual_seed(0)
+            net = TORCH_MODELS["mlp"]()
+            data, target = synthetic_batch("mlp", 64, 32)
+            opt = hvt.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.01),
+                                           named_parameters=net.named_parameters())
+            hvt.broadcast_parameters(net.state_dict(), root_rank=0)
+            self.step = sgd_step(net, opt, data, target)
+
+    def timed(self, steps: int) -> float:
+        """The slowest rank's mean seconds per step over ``steps`` steps."""
+        import numpy as np
+
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.step()
+        mine = np.array([(time.perf_counter() - start) / steps])
+        return float(self.hvd.allreduce(mine, op=self.hvd.Max, name="bench.time")[0])
+
+
+def rank_main(argv: list[str]) -> int:
+    model, mode, out = argv[0], argv[1], Path(argv[3])
+    options = json.loads(Path(argv[2]).read_text())
+    import gcurun.runtime as hvd
+    from gcurun.runtime.frontend import state
+
+    hvd.init()
+    engine = state.current_state().engine
+    work = Workload(model)
+    rank0 = hvd.rank() == 0
+    steps, rounds = options["steps"], options["rounds"]
+    result: dict[str, Any] = {"times": {}, "settings": {}}
+
+    def say(message: str) -> None:
+        if rank0:
+            print(f"autotune-bench: {model}: {message}", file=sys.stderr, flush=True)
+
+    def settle(point: dict[str, Any]) -> None:
+        if rank0:
+            engine.request_knobs(point)
+        for _ in range(2):                  # (the change comes with a cycle of the first)
+            work.step()
+
+    if mode == "grid":
+        from gcurun.runtime.autotune.knobs import start_knobs
+
+        defaults = start_knobs(state.current_state().env).to_json()
+        points = options["points"]
+        screened = []
+        for index, point in enumerate(points):
+            settle(point)
+            screened.append(work.timed(options["screen_steps"]))
+            if index % max(1, len(points) // 10) == 0 or index == len(points) - 1:
+                say(f"grid point {index + 1} of {len(points)}: "
+                    f"{screened[-1] * 1e3:.1f} ms/step")
+        best = points[min(range(len(points)), key=screened.__getitem__)]
+        variants = {"defaults": defaults, "grid best": best}
+        result["settings"] = {name: describe(p) for name, p in variants.items()}
+        result["times"] = {name: [] for name in variants}
+        for round_ in range(rounds):
+            order = list(variants)
+            random.Random(round_).shuffle(order)
+            for name in order:
+                settle(variants[name])
+                result["times"][name].append(work.timed(steps))
+            say(f"round {round_ + 1} of {rounds}: " + ", ".join(
+                f"{n} {result['times'][n][-1] * 1e3:.1f} ms" for n in variants))
+    else:
+        import numpy as np
+
+        taken = 0
+        while taken < options["tune_steps"]:
+            work.step()
+            taken += 1
+            tuner = getattr(engine, "tuner", None)
+            done = np.array([1 if rank0 and (tuner is None or tuner.phase.name == "DONE")
+                             else 0])
+            if hvd.allreduce(done, op=hvd.Max, name="bench.settled")[0]:
+                break
+            if taken % 50 == 0:
+                say(f"autotune: {taken} steps, {tuner.phase.value if rank0 and tuner else ''}")
+        say(f"autotune settled after {taken} steps")
+        result["tune_steps"] = taken
+        from gcurun.runtime.autotune.knobs import start_knobs
+
+        defaults = start_knobs(state.current_state().env).to_json()
+        # (every rank holds the same history; the last entry is what it settled on)
+        chosen = engine.knob_history[-1][2] if engine.knob_history else defaults
+        variants = {"defaults (autotune job)": defaults, "autotune": chosen}
+        result["settings"] = {name: describe(p) for name, p in variants.items()}
+        result["times"] = {name: [] for name in variants}
+        for round_ in range(rounds):
+            order = list(variants)
+            random.Random(round_).shuffle(order)
+            for name in order:
+                settle(variants[name])
+                result["times"][name].append(work.timed(steps))
+            say(f"round {round_ + 1} of {rounds}: " + ", ".join(
+                f"{n} {result['times'][n][-1] * 1e3:.1f} ms" for n in variants))
+    hvd.shutdown()
+    if rank0:
+        out.write_text(json.dumps(result))
+    return 0
+
+
+# -- the driver ---------------------------------------------------------------------
+
+def progress(message: str) -> None:
+    print(f"autotune-bench: {message}", file=sys.stderr, flush=True)
+
+
+def job_argv(cluster: Any, layout: Layout, model: str, mode: str, args: argparse.Namespace,
+             out: Path, options: dict[str, Any]) -> list[str]:
+    import shlex
+
+    spec = ",".join(f"h{i + 1}:{layout.per_host}" for i in range(layout.hosts))
+    argv = [sys.executable, "-m", "gcurun", "-np", str(layout.ranks), "-H", spec,
+            "--ssh-config", str(cluster.ssh_config), "--ssh-timeout", "120",
+            "-x", f"PYTHONPATH={ROOT}"]
+    if mode == "autotune":
+        argv += ["--autotune", *shlex.split(args.autotune_args)]
+    settings = out.with_suffix(".options.json")
+    settings.write_text(json.dumps(options))
+    return [*argv, sys.executable, str(Path(__file__).resolve()), RANK_FLAG, model, mode,
+            str(settings), str(out)]
+
+
+def run_job(argv: list[str], seconds: float) -> dict[str, Any]:
+    """One job to its end, its ranks' progress lines passed on as they come; rank 0's
+    results. Raises BenchmarkError with the output's tail."""
+    import signal
+    import subprocess
+    import threading
+
+    out = Path(argv[-1])
+    process = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            if "autotune-bench: " in line or "gcurun: autotune: " in line:
+                print(line.rstrip("\n"), file=sys.stderr, flush=True)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+        raise BenchmarkError(f"a job did not end within {seconds:g} s") from None
+    except BaseException:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+        raise
+    reader.join(60)
+    if process.returncode != 0 or not out.is_file():
+        tail = "\n".join(f"    {line}" for line in lines[-20:])
+        raise BenchmarkError(f"a job ended with code {process.returncode}: "
+                             f"{' '.join(argv[:12])} ...\n{tail}")
+    return json.loads(out.read_text())
+
+
+def run(args: argparse.Namespace) -> list[tuple[Layout, list[ModelResult]]]:
+    grid = QUICK_GRID if args.quick else GRID
+    cluster, built = prepare_cluster(args, max(layout.hosts for layout in args.layouts))
+    results = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="autotune-bench-") as tmp:
+            for layout in args.layouts:
+                models = []
+                for model in args.models:
+                    entry = ModelResult(model)
+                    points = grid_points(grid, layout.hosts)
+                    options = {"steps": args.steps, "rounds": args.rounds,
+                               "screen_steps": args.screen_steps,
+                               "tune_steps": args.tune_steps, "points": points}
+                    for mode in ("grid", "autotune"):
+                        out = Path(tmp) / f"{layout.label}-{model}-{mode}.json"
+                        progress(f"{layout.label} {model}: {mode}" + (
+                            f" ({len(points)} points)" if mode == "grid" else ""))
+                        started = time.monotonic()
+                        got = run_job(job_argv(cluster, layout, model, mode, args, out,
+                                               options), args.job_seconds)
+                        progress(f"{layout.label} {model}: {mode} done in "
+                                 f"{time.monotonic() - started:.0f} s")
+                        entry.times.update(got["times"])
+                        entry.settings.update(got["settings"])
+                        entry.tune_steps = got.get("tune_steps", entry.tune_steps)
+                    entry.times = {v: entry.times[v] for v in ORDER if v in entry.times}
+                    models.append(entry)
+                sys.stdout.write(format_table(layout, cluster.link_rate_bits, models) + "\n")
+                sys.stdout.flush()
+                results.append((layout, models))
+    finally:
+        if built:
+            from tests.cluster.netns import stop_cluster
+
+            stop_cluster(cluster.name)
+    return results
+
+
+def main(argv: Sequence[str]) -> int:
+    if argv and argv[0] == RANK_FLAG:
+        return rank_main(list(argv[1:]))
+    args = parse_args(argv)
+    try:
+        results = run(args)
+    except BenchmarkError as exc:
+        print(f"autotune-bench: error: {exc}", file=sys.stderr)
+        return 1
+    if args.json is not None:
+        args.json.write_text(json.dumps([{
+            "hosts": layout.hosts, "ranks_per_host": layout.per_host,
+            "models": {m.model: {"times": m.times, "settings": m.settings,
+                                 "tune_steps": m.tune_steps} for m in models}}
+            for layout, models in results], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,95 @@
+"""benchmarks/autotune.py: its options, grid and table without hosts, and end to end in
+its --quick form on namespace hosts (marked long: minutes on a busy machine). Timings are
+never asserted."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.autotune import (
+    GRID,
+    ModelResult,
+    format_table,
+    grid_points,
+    parse_args,
+    parse_models,
+)
+from benchmarks.cluster_allreduce import Layout
+from tests.cluster.netns import unavailable_reason
+from tests.helpers import ROOT
+
+
+def test_quick_picks_one_host_the_mlp_and_a_small_budget_unless_told_otherwise():
+    args = parse_args(["--quick", "--models", "mlp,resnet50-grads"])
+    assert [layout.label for layout in args.layouts] == ["1x2"]
+    assert args.models == ["mlp", "resnet50-grads"]
+    assert (args.steps, args.rounds, args.screen_steps) == (3, 2, 2)
+    assert "--autotune-bayes-opt-max-samples 4" in args.autotune_args
+    full = parse_args([])
+    assert [layout.label for layout in full.layouts] == ["1x2", "2x2"]
+    assert full.models == ["resnet50-grads", "mlp"] and full.autotune_args == ""
+
+
+def test_options_quote_bad_input():
+    with pytest.raises(argparse.ArgumentTypeError,
+                       match="models 'mlp,vgg': pick from resnet50-grads,mlp"):
+        parse_models("mlp,vgg")
+    with pytest.raises(SystemExit):
+        parse_args(["--rounds", "0"])
+
+
+def test_the_grid_is_every_combination_and_hierarchical_only_across_hosts():
+    across = grid_points(GRID, hosts=2)
+    alone = grid_points(GRID, hosts=1)
+    assert len(across) == 3 * 2 * 2 * 3 * 2 * 3 and len(alone) == len(across) // 3
+    assert {p["hierarchical_allreduce"] for p in alone} == {None}
+    assert len({json.dumps(p, sort_keys=True) for p in across}) == len(across)
+
+
+def test_the_table_gives_each_variant_over_its_jobs_defaults_and_the_grids_best():
+    result = ModelResult("mlp", {"defaults": [0.2, 0.3, 0.25], "grid best": [0.1, 0.3],
+                                 "defaults (autotune job)": [0.4], "autotune": [0.3]},
+                         {"autotune": "fusion 2 MB"}, tune_steps=230)
+    text = format_table(Layout(2, 2), 2_000_000_000, [result])
+    assert text.splitlines()[0] == ("# autotune, 2 host(s) x 2 ranks, links shaped to "
+                                    "2 Gbit/s")
+    assert [line for line in text.splitlines() if line.startswith(("| mlp", "# mlp"))] == [
+        "| mlp | defaults | 250.0 | 200.0-300.0 | 1.00 | 1.25 |  |",
+        "| mlp | grid best | 200.0 | 100.0-300.0 | 0.80 | 1.00 |  |",
+        "| mlp | defaults (autotune job) | 400.0 | 400.0-400.0 | 1.00 | 1.25 |  |",
+        "| mlp | autotune | 300.0 | 300.0-300.0 | 0.75 | 0.94 | fusion 2 MB |",
+        "# mlp: autotune settled after 230 steps",
+    ]
+
+
+@pytest.mark.long
+@pytest.mark.benchmark
+@pytest.mark.integration
+@pytest.mark.cluster
+@pytest.mark.torch
+def test_autotune_benchmark_quick_gives_every_variant_numbers(tmp_path):
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path / "result.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/autotune.py", "--quick", "--json", str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "autotune-bench: 1x2 mlp: grid done in" in done.stderr
+    assert "autotune-bench: mlp: autotune settled after" in done.stderr
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines()
+            if line.startswith("| mlp")]
+    assert [row[1].strip() for row in rows] == ["defaults", "grid best",
+                                                "defaults (autotune job)", "autotune"]
+    assert all(float(row[2]) > 0 for row in rows)
+    (layout,) = json.loads(out.read_text())
+    assert (layout["hosts"], layout["ranks_per_host"]) == (1, 2)
+    times = layout["models"]["mlp"]["times"]
+    assert sorted(times) == ["autotune", "defaults", "defaults (autotune job)", "grid best"]
+    assert all(len(t) == 2 and min(t) > 0 for t in times.values())
