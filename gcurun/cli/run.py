@@ -201,10 +201,12 @@ def run(ctx: click.Context, command: tuple[str, ...], **params: Any) -> int:
     from gcurun.cli.job import launch
     from gcurun.cli.launchlog import launcher_log
 
+    from gcurun.config.schema import old_variable_notices
+
     environ = dict(os.environ)
     cli = given_settings(ctx, params, environ)
     compat = apply_horovodrun_options(given_params(ctx, params), cli, environ)
-    print_notices(compat.notices, sys.stderr)
+    print_notices(old_variable_notices(environ) + compat.notices, sys.stderr)
     with launcher_log(compat.log_level, sys.stderr, timestamps=compat.log_timestamps):
         return launch(command, cli, params, environ, stdout=sys.stdout, stderr=sys.stderr)
 
