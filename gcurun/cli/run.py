@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from gcurun import __version__
+from gcurun.cli.help import GroupedCommand
 from gcurun.cli.horovodrun_options import (
-    AbbreviatingCommand,
     apply_horovodrun_options,
     horovodrun_options,
     print_notices,
@@ -49,7 +49,7 @@ SETTING_KEYS = {
 
 
 def _options(func):
-    """The run command's options, grouped as in the reference docs."""
+    """The run command's own options (``--help`` lists them by gcurun.cli.help.GROUPS)."""
     opts = [
         # Where ranks run
         click.option("-np", "--num-proc", "np", type=int, metavar="N",
@@ -176,7 +176,9 @@ def _options(func):
 
 EPILOG = """\b
 Subcommands:
-  gcurun help [SUBCOMMAND] this help, or a subcommand's
+  gcurun help [TOPIC]      this help, or one topic: a group of options (hosts, devices,
+                           ranks, output, failures, mpi, ssh, runtime, elastic, general),
+                           environment, exit-codes, profiles, or a subcommand
   gcurun check             versions, MPI, NUMA nodes and devices of this host
   gcurun bench allreduce   allreduce bandwidth table (--mpi: beside MPI_Allreduce)
   gcurun timeline summary  time per activity and costliest tensors of a timeline
@@ -190,7 +192,7 @@ Examples:
 
 
 @click.command(
-    "run", cls=AbbreviatingCommand, epilog=EPILOG,
+    "run", cls=GroupedCommand, epilog=EPILOG,
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]})
 @_options
 @horovodrun_options
@@ -200,7 +202,6 @@ def run(ctx: click.Context, command: tuple[str, ...], **params: Any) -> int:
     """Start COMMAND once per rank on every host and supervise the job."""
     from gcurun.cli.job import launch
     from gcurun.cli.launchlog import launcher_log
-
     from gcurun.config.schema import old_variable_notices
 
     environ = dict(os.environ)
