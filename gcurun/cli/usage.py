@@ -38,7 +38,7 @@ def usage_message(exc: click.UsageError, command: click.Command | None = None,
 
 def _sentence(text: str) -> str:
     """Click's sentence as a clause: no final full stop, a lower-case first word."""
-    text = " ".join(text.strip().rstrip(".").split())
+    text = " ".join(text.strip().rstrip(".").split()).replace(". Did you mean", "; did you mean")
     return text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
 
 
