@@ -122,3 +122,12 @@ def test_every_variable_the_docs_name_exists_in_the_code():
                       for name in _NAME.findall(path.read_text(encoding="utf-8"))
                       if name not in known})
     assert unknown == []
+
+
+def test_the_configuration_page_lists_every_settings_variable_and_old_name():
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    for key in KEYS:
+        if key.environ_name:
+            assert f"| `{key.option}` | `{key.environ_name}` | `{key.path}` |" in page
+    for old, path in OLD_ENVIRON_NAMES.items():
+        assert f"| `{old}` | `{KEYS_BY_PATH[path].environ_name}` |" in page
