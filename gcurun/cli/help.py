@@ -204,15 +204,12 @@ def topic_list() -> str:
     return "\n".join(lines) + "\n"
 
 
-def topic_text(topic: str) -> str | None:
-    """The text of a group or text topic; None for a subcommand or an unknown word."""
+def topic_text(topic: str, command: click.Command) -> str | None:
+    """The text of a group of ``command``'s options (the run command) or of a text topic;
+    None for a subcommand or an unknown word."""
     if topic in TEXTS:
         return TEXTS[topic][1]()
     for group in GROUPS:
-        if group.topic == topic:
-            from gcurun.cli.run import run
-
-            ctx = click.Context(run, info_name="gcurun")
-            assert isinstance(run, GroupedCommand)
-            return run.format_group(ctx, group)
+        if group.topic == topic and isinstance(command, GroupedCommand):
+            return command.format_group(click.Context(command, info_name="gcurun"), group)
     return None

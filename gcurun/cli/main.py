@@ -50,8 +50,9 @@ def show_help(words: Sequence[str]) -> int:
     """``gcurun help TOPIC``: a group of options or a text topic. Raises UsageError for an
     unknown topic or more than one word."""
     from gcurun.cli.help import topic_list, topic_text
+    from gcurun.cli.run import run
 
-    text = topic_text(words[0]) if len(words) == 1 else None
+    text = topic_text(words[0], run) if len(words) == 1 else None
     if text is None:
         names = " ".join(words)
         raise UsageError(f"help topic '{names}' is unknown; write gcurun help TOPIC with one "
