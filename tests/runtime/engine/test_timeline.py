@@ -76,7 +76,8 @@ def test_which_ranks_write() -> None:
 
 
 def test_an_unwritable_path_is_named(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="GCURUN_TIMELINE_FILENAME=.*cannot write the timeline there"):
+    with pytest.raises(UsageError,
+                       match="GCURUN_TIMELINE_FILENAME=.*cannot write the timeline there"):
         Timeline(str(tmp_path / "missing" / "t.json"), max_bytes=1 << 20,
                  mark_cycles=False, rank=0, size=1)
 
