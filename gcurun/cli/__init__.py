@@ -1,1 +1,1 @@
-"""The command line: the only layer that prints, picks exit codes and imports rich."""
+"""The command line: the only layer that prints and picks exit codes."""

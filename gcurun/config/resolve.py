@@ -35,7 +35,7 @@ from gcurun.config.api import (
     Settings,
     SSHSettings,
 )
-from gcurun.config.schema import KEYS, KEYS_BY_PATH, MAX_FUSION_MB, Key
+from gcurun.config.schema import KEYS, KEYS_BY_PATH, MAX_FUSION_MB, OLD_ENVIRON_NAMES, Key
 from gcurun.errors import HostSpecError, UsageError
 from gcurun.hosts.api import HostSpec
 from gcurun.hosts.hostfile import read_hostfile as _read_hostfile
@@ -171,13 +171,16 @@ def resolve_settings(cli: Mapping[str, Any], profile: Profile | None,
 def read_environment(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The settings the environment gives, and the variable each one was read from.
 
-    ``GCURUN_<KEY>`` wins over the Horovod name of a runtime knob. An empty variable counts
-    as unset. Raises UsageError naming the variable whose value is bad.
+    ``GCURUN_<OPTION>`` wins over a key's old name (``OLD_ENVIRON_NAMES``), which wins over
+    the Horovod name of a runtime knob. An empty variable counts as unset. Raises UsageError
+    naming the variable whose value is bad.
     """
     values: dict[str, Any] = {}
     names: dict[str, str] = {}
     for key in KEYS:
         candidates = [(key.environ_name, key, 1.0)] if key.environ_name else []
+        candidates += [(old, key, 1.0) for old, path in OLD_ENVIRON_NAMES.items()
+                       if path == key.path]
         alias = _HOROVOD.get(key.path)
         if alias is not None:
             candidates.append((alias.variable, alias.key, alias.scale))
@@ -220,7 +223,7 @@ def _explicit(source: str) -> bool:
 
 def setting_name(path: str, source: str) -> str:
     """How a message names a setting given by ``source``: its option (``--max-np``), its
-    variable (``GCURUN_ELASTIC_MAX_NP``) or its profile key and line
+    variable (``GCURUN_MAX_NP``) or its profile key and line
     (``p.yaml:3: elastic.max_np``)."""
     if source.startswith("env:"):
         return source[4:]

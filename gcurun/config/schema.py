@@ -3,11 +3,17 @@
 One table serves the profile loader, the environment reader and the resolver, so a key's type
 and range are stated once. A key's path is its dotted name (``np``, ``ssh.port``,
 ``runtime.cycle_time_ms``), the same in the CLI mapping, the profile and ``Settings.sources``.
+
+The one naming rule for environment variables: a key's variable is ``GCURUN_`` followed by
+its command-line option's name, upper-cased, dashes as underscores (``--ssh-port`` ->
+``GCURUN_SSH_PORT``, ``--network-interface`` -> ``GCURUN_NETWORK_INTERFACE``); a key
+without an option of its own takes the name its option would have (``--backend``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -72,11 +78,11 @@ class Key:
 
     @property
     def environ_name(self) -> str | None:
-        """``GCURUN_SSH_PORT`` for ``ssh.port``; runtime knobs drop their section."""
+        """The variable that sets the key: ``GCURUN_`` + its option's name, upper-cased
+        (``GCURUN_SSH_PORT`` for ``--ssh-port``); None for a key the environment cannot set."""
         if not self.in_environ:
             return None
-        name = self.name if self.section == "runtime" else self.path
-        return "GCURUN_" + name.upper().replace(".", "_")
+        return "GCURUN_" + self.option.lstrip("-").upper().replace("-", "_")
 
     @property
     def option(self) -> str:
@@ -200,6 +206,35 @@ KEYS: tuple[Key, ...] = (
 )
 
 KEYS_BY_PATH: dict[str, Key] = {key.path: key for key in KEYS}
+
+# The variables some keys were read from before the naming rule above (the section kept for
+# ssh, mpi and elastic keys, dropped for runtime keys): still read, below the new name, and
+# answered with a notice to rename them. To be removed in a later release.
+OLD_ENVIRON_NAMES: dict[str, str] = {
+    "GCURUN_SSH_HOST_KEY_POLICY": "ssh.host_key_policy",
+    "GCURUN_SSH_PYTHON": "ssh.python",
+    "GCURUN_SSH_CONFIG_FILE": "ssh.config_file",
+    "GCURUN_MPI_MPIRUN": "mpi.mpirun",
+    "GCURUN_MPI_NETWORK_INTERFACE": "mpi.network_interface",
+    "GCURUN_TIMELINE": "runtime.timeline",
+    "GCURUN_ELASTIC_MIN_NP": "elastic.min_np",
+    "GCURUN_ELASTIC_MAX_NP": "elastic.max_np",
+    "GCURUN_ELASTIC_HOST_DISCOVERY_SCRIPT": "elastic.host_discovery_script",
+    "GCURUN_ELASTIC_SLOTS": "elastic.slots",
+    "GCURUN_ELASTIC_RESET_LIMIT": "elastic.reset_limit",
+    "GCURUN_ELASTIC_BLACKLIST_COOLDOWN_RANGE": "elastic.blacklist_cooldown_range",
+}
+
+
+def old_variable_notices(environ: Mapping[str, str]) -> list[str]:
+    """One notice for every variable of ``environ`` set under an old name."""
+    notices = []
+    for old, path in OLD_ENVIRON_NAMES.items():
+        if environ.get(old, "").strip():
+            new = KEYS_BY_PATH[path].environ_name
+            notices.append(f"{old} is the old name of {new}; rename it (the old name will "
+                           "stop working in a later release)")
+    return notices
 
 # The keys of one host given as a mapping in a profile's ``hosts`` list.
 HOST_KEYS: dict[str, Key] = {

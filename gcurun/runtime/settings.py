@@ -194,7 +194,7 @@ def _count(environ: Mapping[str, str], name: str, minimum: int, default: int) ->
 # them); a GCURUN_* variable wins over its twin.
 HOROVOD_TWINS = {
     "GCURUN_CYCLE_TIME_MS": "HOROVOD_CYCLE_TIME",
-    "GCURUN_TIMELINE": "HOROVOD_TIMELINE",
+    "GCURUN_TIMELINE_FILENAME": "HOROVOD_TIMELINE",
     "GCURUN_TIMELINE_MARK_CYCLES": "HOROVOD_TIMELINE_MARK_CYCLES",
     "GCURUN_STALL_CHECK_WARNING_SECONDS": "HOROVOD_STALL_CHECK_TIME_SECONDS",
     "GCURUN_STALL_CHECK_SHUTDOWN_SECONDS": "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
@@ -223,8 +223,16 @@ def _log_level(environ: Mapping[str, str], name: str) -> str | None:
     return value.strip().upper()
 
 
+# A knob's variable before the naming rule of gcurun.config.schema, still read below it.
+OLD_NAMES = {"GCURUN_TIMELINE_FILENAME": "GCURUN_TIMELINE"}
+
+
 def _pick(environ: Mapping[str, str], name: str) -> str:
-    """The variable that sets knob ``name``: itself when set, else its Horovod twin."""
+    """The variable that sets knob ``name``: itself when set, else its old name, else its
+    Horovod twin."""
+    old = OLD_NAMES.get(name)
+    if old is not None and not environ.get(name, "").strip() and environ.get(old, "").strip():
+        return old
     twin = HOROVOD_TWINS.get(name)
     if environ.get(name, "").strip() or twin is None or not environ.get(twin, "").strip():
         return name
@@ -246,7 +254,7 @@ def _engine_knobs(environ: Mapping[str, str]) -> dict[str, Any]:
     return {
         "fusion_threshold_mb": threshold,
         "cycle_time_ms": _positive(environ, _pick(environ, "GCURUN_CYCLE_TIME_MS"), 1.0),
-        "timeline": _timeline(environ, _pick(environ, "GCURUN_TIMELINE")),
+        "timeline": _timeline(environ, _pick(environ, "GCURUN_TIMELINE_FILENAME")),
         "timeline_mark_cycles": _flag(environ, _pick(environ, "GCURUN_TIMELINE_MARK_CYCLES"),
                                       False),
         "stall_check_warning_seconds": warning,

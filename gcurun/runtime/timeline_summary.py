@@ -54,12 +54,12 @@ def parse_trace(text: str, source: str = "trace") -> list[dict[str, Any]]:
             data = json.loads(stripped.rstrip(",") + "]")
         except ValueError:
             raise UsageError(f"{source}: not a Chrome trace (JSON array of events); give "
-                             "the file GCURUN_TIMELINE named") from None
+                             "the file GCURUN_TIMELINE_FILENAME named") from None
     if isinstance(data, dict):
         data = data.get("traceEvents")
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
         raise UsageError(f"{source}: not a Chrome trace (JSON array of events); give the "
-                         "file GCURUN_TIMELINE named")
+                         "file GCURUN_TIMELINE_FILENAME named")
     return data
 
 

@@ -1,5 +1,5 @@
 """``gcurun --min-np ...``: elastic options are settings (command line, profile
-``elastic:`` section, ``GCURUN_ELASTIC_*``), and ``--dry-run`` shows an elastic job's first
+``elastic:`` section, ``GCURUN_MIN_NP`` ...), and ``--dry-run`` shows an elastic job's first
 rank plan as it shows a static job's."""
 
 from __future__ import annotations
@@ -62,14 +62,14 @@ def test_a_profile_elastic_section_is_a_setting_with_its_line(capsys, tmp_path, 
 
 def test_the_environment_gives_elastic_settings_below_the_command_line(capsys, monkeypatch,
                                                                          hosts_script):
-    monkeypatch.setenv("GCURUN_ELASTIC_HOST_DISCOVERY_SCRIPT", str(hosts_script))
-    monkeypatch.setenv("GCURUN_ELASTIC_MIN_NP", "1")
+    monkeypatch.setenv("GCURUN_HOST_DISCOVERY_SCRIPT", str(hosts_script))
+    monkeypatch.setenv("GCURUN_MIN_NP", "1")
     code, out, err = gcurun(capsys, "--min-np", "2", "--dry-run", "true")
     assert code == 0, err
     rows = setting_rows(out)
     assert rows["elastic.min_np"] == ("2", "cli")
     assert rows["elastic.host_discovery_script"] == (
-        str(hosts_script), "env:GCURUN_ELASTIC_HOST_DISCOVERY_SCRIPT")
+        str(hosts_script), "env:GCURUN_HOST_DISCOVERY_SCRIPT")
 
 
 def test_dry_run_shows_the_first_generations_rank_plan(capsys, hosts_script):

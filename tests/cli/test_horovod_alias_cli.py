@@ -60,8 +60,8 @@ def test_off_on_the_command_line_overrides_what_the_ranks_would_inherit(capsys) 
 def test_a_bad_value_is_refused_with_the_choices(capsys, tmp_path: Path) -> None:
     code, _, err = gcurun(capsys, "--horovod-alias", "yes", "python", "x.py")
     assert code == 2
-    assert "Invalid value for '--horovod-alias': 'yes' is not one of 'off', 'on', 'force'." \
-        in err
+    assert err == ("gcurun: error: --horovod-alias: 'yes' is not one of 'off', 'on', 'force'; "
+                   "write one of off, on, force\n")
     code, _, err = gcurun(capsys, "python", "x.py", env={"GCURUN_HOROVOD_ALIAS": "yes"})
     assert (code, err) == (2, "gcurun: error: GCURUN_HOROVOD_ALIAS='yes': expected one of "
                               "off, on, force; fix the value or unset GCURUN_HOROVOD_ALIAS\n")

@@ -416,7 +416,7 @@ def test_a_unique_prefix_of_a_long_option_is_that_option_as_in_horovodrun(captur
 def test_a_prefix_of_several_options_is_refused(captured, capsys):
     code, _, _, _, err = captured(capsys, "--stall-check-w", "3", "true")
     assert code == 2
-    assert err == ("Error: option '--stall-check-w' is ambiguous: it may be "
+    assert err == ("gcurun: error: option '--stall-check-w' is ambiguous: it may be "
                    "--stall-check-warning-seconds, --stall-check-warning-time-seconds; "
                    "write it in full\n")
 

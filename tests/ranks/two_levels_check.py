@@ -74,7 +74,7 @@ def main() -> None:
     rank = hvd.rank()
     hvd.shutdown()
     timeline = os.path.join(os.environ["CHECK_DIR"], "timeline-{rank}.json")
-    os.environ["GCURUN_TIMELINE"] = timeline
+    os.environ["GCURUN_TIMELINE_FILENAME"] = timeline
     hvd.init()
     bad += check("traced")
     report = {"rank": rank, "size": hvd.size(), "backend": hvd.backend(), "bad": bad}

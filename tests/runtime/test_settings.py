@@ -58,7 +58,7 @@ def test_knobs() -> None:
     env = parse_runtime_env({"GCURUN_BACKEND": "TCP", "GCURUN_TIMEOUT_SECONDS": "2.5",
                              "GCURUN_CMA": "off", "GCURUN_CHUNK_BYTES": "65536",
                              "GCURUN_FUSION_THRESHOLD_MB": "0", "GCURUN_CYCLE_TIME_MS": "5",
-                             "GCURUN_TIMELINE": "/tmp/t.json", "GCURUN_HUGE_PAGES": "0"})
+                             "GCURUN_TIMELINE_FILENAME": "/tmp/t.json", "GCURUN_HUGE_PAGES": "0"})
     assert not env.huge_pages and parse_runtime_env({}).huge_pages
     assert (env.backend, env.timeout_seconds, env.cma, env.chunk_bytes) == ("tcp", 2.5, False,
                                                                            65536)

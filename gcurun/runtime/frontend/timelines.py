@@ -3,7 +3,7 @@
 The timeline is the engine's Chrome trace (:mod:`gcurun.runtime.engine.timeline`). These
 calls start, switch or stop it while the job runs, on the job's engine and on every
 process set's engine (a set writes ``FILE.set<ID>.json`` beside the job's file, as with
-``GCURUN_TIMELINE``); sets added later follow the same setting. They are local calls: the
+``GCURUN_TIMELINE_FILENAME``); sets added later follow the same setting. They are local calls: the
 ranks that write a file (rank 0, or every rank for a path containing ``{rank}``) are the
 ones whose call counts, and every rank may call them.
 """

@@ -29,7 +29,7 @@ def test_horovod_names_are_understood() -> None:
                              ).stall_check_warning_seconds == 0
 
 
-@pytest.mark.parametrize("name", ["GCURUN_TIMELINE", "HOROVOD_TIMELINE"])
+@pytest.mark.parametrize("name", ["GCURUN_TIMELINE_FILENAME", "HOROVOD_TIMELINE"])
 def test_a_dynamic_timeline_writes_no_file_at_start(name: str) -> None:
     # Horovod's HOROVOD_TIMELINE=DYNAMIC: the script calls start_timeline() itself.
     assert parse_runtime_env({name: "DYNAMIC"}).timeline is None

@@ -70,7 +70,7 @@ def _spans(events: list[dict], row: int) -> list[tuple[str, str]]:
 
 def test_the_timeline_of_a_known_job(tmp_path: Path) -> None:
     template = str(tmp_path / "trace-{rank}.json")
-    job = run_tcp(2, "engine_timeline.py", env={"GCURUN_TIMELINE": template,
+    job = run_tcp(2, "engine_timeline.py", env={"GCURUN_TIMELINE_FILENAME": template,
                                                  "GCURUN_TIMELINE_MARK_CYCLES": "1"})
     assert job.returncodes == [0, 0], job.stderr
     events = json.loads((tmp_path / "trace-0.json").read_text())
@@ -112,7 +112,7 @@ def test_a_killed_job_leaves_a_valid_trace(tmp_path: Path) -> None:
         for proc in procs:
             os.kill(proc.pid, signal.SIGKILL)
 
-    job = run_tcp(2, "engine_timeline.py", "hang", env={"GCURUN_TIMELINE": str(trace)},
+    job = run_tcp(2, "engine_timeline.py", "hang", env={"GCURUN_TIMELINE_FILENAME": str(trace)},
                   while_running=kill_when_written, timeout=60)
     assert job.returncodes == [-signal.SIGKILL] * 2
     events = json.loads(trace.read_text())
@@ -121,7 +121,7 @@ def test_a_killed_job_leaves_a_valid_trace(tmp_path: Path) -> None:
 
 def test_the_trace_stops_at_its_size_cap(tmp_path: Path) -> None:
     trace = tmp_path / "trace.json"
-    job = run_tcp(2, "engine_timeline.py", env={"GCURUN_TIMELINE": str(trace),
+    job = run_tcp(2, "engine_timeline.py", env={"GCURUN_TIMELINE_FILENAME": str(trace),
                                                  "GCURUN_TIMELINE_MAX_MB": "0.005"})
     assert job.returncodes == [0, 0], job.stderr
     assert trace.stat().st_size <= 5243

@@ -76,7 +76,8 @@ def test_which_ranks_write() -> None:
 
 
 def test_an_unwritable_path_is_named(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="GCURUN_TIMELINE=.*cannot write the timeline there"):
+    with pytest.raises(UsageError,
+                       match="GCURUN_TIMELINE_FILENAME=.*cannot write the timeline there"):
         Timeline(str(tmp_path / "missing" / "t.json"), max_bytes=1 << 20,
                  mark_cycles=False, rank=0, size=1)
 
@@ -112,7 +113,7 @@ def test_the_cli_prints_the_summary_and_names_bad_files(tmp_path: Path) -> None:
     done = runner.invoke(timeline_cli, ["summary", str(junk)], standalone_mode=False)
     assert isinstance(done.exception, UsageError)
     assert str(done.exception) == (f"{junk}: not a Chrome trace (JSON array of events); "
-                                   "give the file GCURUN_TIMELINE named")
+                                   "give the file GCURUN_TIMELINE_FILENAME named")
 
 
 def test_the_timeline_starts_switches_and_stops_while_the_engines_run(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Rank script: a known job under GCURUN_TIMELINE: a group of two small allreduces and a
+"""Rank script: a known job under GCURUN_TIMELINE_FILENAME: a group of two small allreduces and a
 large one (fused in one batch), an allgather and a broadcast, twice. With ``hang`` it then keeps
 running collectives until it is killed."""
 
