@@ -21,6 +21,7 @@ ROOT = str(Path(__file__).resolve().parents[2])
 # How long the session's processes may take to exit once it is stopped.
 EXIT_SECONDS = 60.0
 MASTER = "local-cluster[2,1,1024]"
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def spark_conf(builder, master: str = MASTER):
@@ -36,6 +37,9 @@ def spark_conf(builder, master: str = MASTER):
             .config("spark.task.maxFailures", "4")
             .config("spark.python.task.killTimeout", "1s")
             .config("spark.executorEnv.PYTHONPATH", ROOT)
+            # Start-up is class loading: the quick compiler only, on busy CI machines.
+            .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+            .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
             .config("spark.executorEnv.SPARK_LOCAL_IP", "127.0.0.1"))
 
 
