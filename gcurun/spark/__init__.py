@@ -15,6 +15,7 @@ when a job starts. See docs/spark.md.
 from __future__ import annotations
 
 from gcurun.spark.api import SparkJobFailed, SparkStartTimeout, SparkUsageError
+from gcurun.spark.elastic import run_elastic
 from gcurun.spark.runner import run
 
-__all__ = ["SparkJobFailed", "SparkStartTimeout", "SparkUsageError", "run"]
+__all__ = ["SparkJobFailed", "SparkStartTimeout", "SparkUsageError", "run", "run_elastic"]

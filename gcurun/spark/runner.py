@@ -43,11 +43,13 @@ CONSEQUENCES = frozenset({"CollectiveError", "PeerFailureError", "CollectiveTime
 
 @dataclass
 class SparkJob:
-    """The barrier stage of one job, run in a thread of the driver (a Spark action
-    blocks) under a job group of its own, so it can be cancelled."""
+    """The stage of one job's tasks (a barrier stage unless ``barrier`` is False), run
+    in a thread of the driver (a Spark action blocks) under a job group of its own, so
+    it can be cancelled."""
 
     size: int
-    task: TaskJob
+    task: Callable[[Any], Any]          # a partition's body (run_task, run_agent)
+    barrier: bool = True
     group: str = field(default_factory=lambda: f"gcurun-{_secrets.token_hex(6)}")
     results: list[TaskResult] | None = None
     error: BaseException | None = None
@@ -61,9 +63,9 @@ class SparkJob:
             try:
                 context.setJobGroup(self.group, f"gcurun: {self.size} ranks",
                                     interruptOnCancel=True)
-                rdd = context.parallelize(range(self.size), self.size).barrier()
-                self.results = rdd.mapPartitions(
-                    functools.partial(run_task, self.task)).collect()
+                rdd = context.parallelize(range(self.size), self.size)
+                stage = rdd.barrier() if self.barrier else rdd
+                self.results = stage.mapPartitions(self.task).collect()
             except BaseException as exc:  # noqa: BLE001 - reported by the driver
                 self.error = exc
             finally:
@@ -203,10 +205,10 @@ def _run(context: Any, payload: bytes, size: int, host: str, timeout: float,
             joins = {RENDEZVOUS_VARIABLE: show_address(rendezvous.address),
                      SECRET_VARIABLE: secret.hex()}
         device_var, resources = device_settings()
-        job = SparkJob(size, TaskJob(
+        job = SparkJob(size, functools.partial(run_task, TaskJob(
             service=show_address((host, service.port)), secret=secret.hex(), shared=shared,
             secrets=joins, device_var=device_var, resources=resources,
-            executable=executable))
+            executable=executable)))
         job.start(context)
         return _wait(service, job, context, size, timeout)
     finally:
