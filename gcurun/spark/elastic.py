@@ -149,8 +149,8 @@ class AgentService:
                 if frame.get("op") == "exit":
                     self.on_exit(int(frame["worker"]), frame.get("code"),
                                  frame.get("signal"), str(frame.get("text") or ""))
-        except (OSError, wire.WireError, ValueError, KeyError):
-            pass
+        except (OSError, wire.WireError, ValueError, KeyError) as exc:
+            log.info("an agent's connection ended: %s", exc)
         finally:
             conn.close()
             if ident is not None:
@@ -210,9 +210,11 @@ class AgentGroup:
                 self._running[worker] = agent.ident
             if not self.service.send(agent.ident, {"op": "start", "worker": worker,
                                                    "env": env}):
+                log.warning("worker %d: the agent on %s is gone", worker, agent.slot_host)
                 events.put(ExecutorErrorEvent((worker,), f"executor {agent.slot_host}: "
                                               "its agent is gone"))
         for worker, _ in self.workers[len(self.agents):]:
+            log.warning("worker %d: no agent for its slot", worker)
             events.put(ExecutorErrorEvent((worker,), "no agent for this slot"))
 
     def terminate(self, grace_seconds: float) -> None:
@@ -243,6 +245,7 @@ class SparkElasticRunner(ElasticRunner):
         self.events.put(ExitEvent(worker, code, signum, text or None))
 
     def _on_lost(self, workers: tuple[int, ...], why: str) -> None:
+        log.warning("workers %s lost: %s", list(workers), why)
         self.events.put(ExecutorErrorEvent(workers, why))
 
     def _make_group(self, spec: HostSpec, assignments: Sequence[Assignment]) -> AgentGroup:
