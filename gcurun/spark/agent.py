@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from gcurun.launch.remote import run_function as rank_side
@@ -33,6 +33,7 @@ MAGIC = b"GCUSA01\n"
 LABEL = b"gcurun-spark-agent"
 CONNECT_SECONDS = 30.0
 SEND_SECONDS = 30.0
+EXECUTOR_POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,28 @@ def executor_pid() -> int:
             return pid
         pid = int(text[text.rindex(")") + 2:].split()[1])
     return os.getppid()
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def watch_executor(pid: int, gone: Callable[[], None], stop: threading.Event) -> None:
+    """Call ``gone()`` once the executor JVM ``pid`` has ended (until ``stop`` is set):
+    a worker must not outlive its executor, whose Python workers Spark may not have
+    stopped yet."""
+    def watch() -> None:
+        while not stop.wait(EXECUTOR_POLL_SECONDS):
+            if not alive(pid):
+                gone()
+                return
+
+    threading.Thread(target=watch, daemon=True, name="gcurun-executor-watch").start()
 
 
 def address_towards(host: str, port: int) -> str:
@@ -157,6 +180,11 @@ class Agent:
             process.wait()
 
 
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 def run_agent(job: AgentJob, _rows: Iterable[object]) -> Iterator[int]:
     """The body of each agent task: register, serve, report how many workers it ran."""
     from pyspark import TaskContext
@@ -165,11 +193,16 @@ def run_agent(job: AgentJob, _rows: Iterable[object]) -> Iterator[int]:
     assert context is not None, "run_agent runs in a Spark task"
     sock = connect(job)
     agent = Agent(job, sock)
+    executor, stop = executor_pid(), threading.Event()
+    # The executor's end ends the agent (its connection closed: serve() returns and
+    # stops the workers).
+    watch_executor(executor, lambda: _shut(sock), stop)
     try:
         agent.send({"op": "agent", "host": address_towards(*job.service),
-                    "executor": executor_pid(), "partition": context.partitionId(),
+                    "executor": executor, "partition": context.partitionId(),
                     "attempt": context.attemptNumber()})
         agent.serve()
     finally:
+        stop.set()
         sock.close()
     yield 0

@@ -62,6 +62,11 @@ def kill_when_asked(directory):
     while not os.path.exists(path) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.2)      # the file is written in one call; let it be complete
-    executor, _ = open(path).read().split()
-    os.kill(int(executor), signal.SIGKILL)
+    executor, rank = (int(pid) for pid in open(path).read().split())
+    os.kill(executor, signal.SIGKILL)
+    # The rank goes with its executor; "go" only lets a rank that outlived it go on
+    # (which the test then catches).
+    deadline = time.monotonic() + 60
+    while os.path.exists(f"/proc/{rank}") and time.monotonic() < deadline:
+        time.sleep(0.1)
     open(os.path.join(directory, "go"), "w").close()

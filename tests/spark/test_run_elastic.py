@@ -60,7 +60,10 @@ def test_an_executor_lost_under_run_elastic_reforms_the_job_from_the_last_commit
 
     def kill_the_executor():
         wait_for("the executor to kill", lambda: (tmp_path / "executor").exists(), 180)
-        os.kill(int((tmp_path / "executor").read_text().split()[0]), signal.SIGKILL)
+        executor, rank = map(int, (tmp_path / "executor").read_text().split())
+        os.kill(executor, signal.SIGKILL)
+        # The rank goes with its executor; "go" lets one that outlived it go on.
+        survivors([rank], timeout=60)
         (tmp_path / "go").write_text("")
 
     threading.Thread(target=kill_the_executor, daemon=True).start()
