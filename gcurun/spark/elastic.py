@@ -294,7 +294,9 @@ def run_elastic(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     ``fn`` calls ``hvd.init()`` and wraps its training in ``@hvd.elastic.run``; when an
     executor is lost, its workers fail and the others go back to the last commit.
     ``elastic_timeout`` bounds each wait for enough slots, ``reset_limit`` the number of
-    re-formations; ``start_timeout`` the start of the first ``num_proc`` agents.
+    re-formations; ``start_timeout`` the start of the first ``num_proc`` agents;
+    ``nics`` is as for :func:`gcurun.spark.run`; ``stdout``, ``stderr`` and
+    ``prefix_output_with_timestamp`` are accepted for Horovod's code and unused.
 
     Raises ElasticJobFailed when the job ends badly, SparkStartTimeout when the agents do
     not start in time, SparkUsageError for arguments that make no job. No worker or agent
@@ -316,6 +318,7 @@ def run_elastic(fn: Callable[..., Any], args: tuple[Any, ...] = (),
         check_num_proc,
         check_timeout,
         driver_address,
+        network_environment,
     )
 
     context = SparkContext._active_spark_context
@@ -348,7 +351,8 @@ def run_elastic(fn: Callable[..., Any], args: tuple[Any, ...] = (),
         agents.start()
         tasks = config.max_np or size
         job = SparkJob(tasks, functools.partial(run_agent, AgentJob(
-            agents.address, secret.hex(), {str(k): str(v) for k, v in dict(env or {}).items()},
+            agents.address, secret.hex(), {**network_environment(nics), **{
+                str(k): str(v) for k, v in dict(env or {}).items()}},
             executable=executable, grace=settings.grace_seconds)), barrier=False)
         job.start(context)
         deadline = time.monotonic() + timeout
