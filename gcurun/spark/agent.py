@@ -34,6 +34,9 @@ LABEL = b"gcurun-spark-agent"
 CONNECT_SECONDS = 30.0
 SEND_SECONDS = 30.0
 EXECUTOR_POLL_SECONDS = 0.2
+READ_SECONDS = 60.0
+# The kernel declares a connection to a vanished peer broken after this much silence.
+LIVENESS_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,17 @@ def executor_pid() -> int:
             return pid
         pid = int(text[text.rindex(")") + 2:].split()[1])
     return os.getppid()
+
+
+def read_frame(sock: socket.socket) -> dict:
+    """The next frame on a connection that another thread also sends on (each send
+    leaves its deadline's timeout on the socket): waits as long as the connection lives,
+    READ_SECONDS at a time. Raises WireError or OSError when it ends."""
+    while True:
+        try:
+            return wire.recv_frame(sock, time.monotonic() + READ_SECONDS)
+        except wire.WireTimeout:
+            continue
 
 
 def alive(pid: int) -> bool:
@@ -109,7 +123,7 @@ def connect(job: AgentJob) -> socket.socket:
     except BaseException:
         sock.close()
         raise
-    sock.settimeout(None)
+    wire.set_liveness(sock, LIVENESS_SECONDS)
     return sock
 
 
@@ -133,7 +147,7 @@ class Agent:
         try:
             while True:
                 try:
-                    frame = wire.recv_frame(self.sock, None)
+                    frame = read_frame(self.sock)
                 except (OSError, wire.WireError):
                     return
                 if frame.get("op") == "start":

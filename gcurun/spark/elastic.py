@@ -32,7 +32,7 @@ from gcurun.launch.api import ExecutorErrorEvent, ExitEvent
 from gcurun.launch.elastic.records import Assignment
 from gcurun.launch.elastic.runner import ElasticRunner
 from gcurun.rendezvous import wire
-from gcurun.spark.agent import LABEL, MAGIC, AgentJob, run_agent
+from gcurun.spark.agent import LABEL, LIVENESS_SECONDS, MAGIC, AgentJob, read_frame, run_agent
 
 log = logging.getLogger("gcurun.spark")
 
@@ -144,8 +144,9 @@ class AgentService:
             if info is None:
                 return
             ident = info.ident
+            wire.set_liveness(conn, LIVENESS_SECONDS)
             while True:
-                frame = wire.recv_frame(conn, None)
+                frame = read_frame(conn)
                 if frame.get("op") == "exit":
                     self.on_exit(int(frame["worker"]), frame.get("code"),
                                  frame.get("signal"), str(frame.get("text") or ""))

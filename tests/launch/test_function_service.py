@@ -74,3 +74,25 @@ def wire_deadline() -> float:
     import time
 
     return time.monotonic() + 5
+
+
+def test_a_function_running_past_the_handshake_deadline_still_reports(monkeypatch):
+    import time
+
+    from gcurun.launch import function_service
+
+    monkeypatch.setattr(function_service, "HANDSHAKE_SECONDS", 0.5)
+    service = FunctionService(b"the function", 1, b"k" * 32)
+    service.start()
+    try:
+        sock = rank_side.connect(address(service), b"k" * 32, timeout=5)
+        wire.send_all(sock, wire.encode_frame({"op": "hello", "rank": 0}), wire_deadline())
+        rank_side.recv_blob(sock, wire_deadline())
+        time.sleep(1.5)      # the function runs longer than the greeting may take
+        rank_side.send_blob(sock, {"op": "result", "rank": 0, "ok": True}, b"late",
+                            wire_deadline())
+        assert service.wait_for([0], 5)
+        assert service.outcomes == {0: Outcome(True, b"late")} and not service.dropped
+        sock.close()
+    finally:
+        service.close()

@@ -1,5 +1,7 @@
 """gcurun.spark.run on the run's local-cluster session (tests/spark/conftest.py): two
-executors of one core each on this host, so a job of 2 ranks fills the cluster."""
+executors of one core each on this host, so a job of 2 ranks fills the cluster. The
+driver's interrupt and a retried task are ``long`` (the default run keeps the cancelled
+job, which stops ranks the same way)."""
 
 from __future__ import annotations
 
@@ -114,6 +116,7 @@ def test_a_job_cancelled_from_spark_leaves_no_rank_or_worker(spark, tmp_path):
     assert survivors(pids, timeout=60) == []
 
 
+@pytest.mark.long
 def test_an_interrupted_driver_leaves_no_rank(spark, tmp_path):
     import _thread
 
@@ -131,6 +134,7 @@ def test_an_interrupted_driver_leaves_no_rank(spark, tmp_path):
     assert len(pids) == 2 and survivors(pids, timeout=60) == []
 
 
+@pytest.mark.long
 def test_a_retried_task_never_starts_a_second_copy_of_a_rank(spark, tmp_path):
     from gcurun.spark import SparkJobFailed
 
