@@ -144,7 +144,9 @@ def test_a_retried_task_never_starts_a_second_copy_of_a_rank(spark, tmp_path):
     assert isinstance(error, SparkJobFailed), outcome
     assert "rank 1 on 127.0.0.1 ended without returning a result" in str(error)
     starts = _starts(tmp_path)
-    assert sorted(rank for rank, _, _ in starts) == [0, 1]     # each rank ran once
+    # Each rank ran at most once (rank 0 may not have begun when the job was cancelled).
+    ranks = sorted(rank for rank, _, _ in starts)
+    assert ranks in ([1], [0, 1]), starts
     assert survivors([pid for _, pid, _ in starts], timeout=60) == []
 
 
