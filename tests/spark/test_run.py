@@ -161,3 +161,20 @@ def test_ranks_that_cannot_all_start_time_out_and_leave_nothing(spark, tmp_path)
         "gcurun.spark.run: 0 of 3 ranks started within start_timeout=3 s; a barrier "
         "stage needs 3 free task slots at once (the session's default parallelism is 2)")
     assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+
+
+@pytest.mark.long
+def test_speculation_never_starts_a_second_copy_of_a_rank(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("pyspark")
+    done = subprocess.run([sys.executable, "-m", "tests.spark.speculation_driver",
+                           str(tmp_path)], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[2],
+                          env={**os.environ, "SPARK_WORKER_DIR": str(tmp_path / "work")})
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, done.stderr[-3000:]
+    assert json.loads(lines[-1][len("RESULT "):]) == [0, 1]
+    assert sorted(rank for rank, _, _ in _starts(tmp_path)) == [0, 1]
