@@ -104,14 +104,15 @@ class GcurunBackend(Backend):
         # may hold a lock or a socket until on_start.
         self._rendezvous: dict[int, JobRendezvous] = {}
 
-    def on_start(self, worker_group: Any, backend_config: GcurunConfig) -> None:
+    def on_start(self, worker_group: Any, backend_config: BackendConfig) -> None:
         import ray
 
         found = worker_group.execute(_site)
         sites = [WorkerSite(node, address) for node, address, _, _ in found]
         port = worker_group.execute_single(0, _free_port)
         envs = worker_environments(sites, master_port=port, device_var=None)
-        shared = {TIMEOUT_VARIABLE: f"{float(backend_config.timeout_s):g}"}
+        timeout = float(getattr(backend_config, "timeout_s", GcurunConfig.timeout_s))
+        shared = {TIMEOUT_VARIABLE: f"{timeout:g}"}
         if len(sites) > 1:
             here = str(ray.get_runtime_context().get_node_id())
             host = rendezvous_host(here, ray.util.get_node_ip_address(),
@@ -124,7 +125,7 @@ class GcurunBackend(Backend):
         log.info("gcurun backend: %d ranks on %d nodes", len(sites),
                  len({s.node_id for s in sites}))
 
-    def on_shutdown(self, worker_group: Any, backend_config: GcurunConfig) -> None:
+    def on_shutdown(self, worker_group: Any, backend_config: BackendConfig) -> None:
         try:
             worker_group.execute(_leave)
         except Exception as exc:  # noqa: BLE001 - workers may be gone; the rendezvous closes
