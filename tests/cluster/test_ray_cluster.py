@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import queue
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -59,14 +61,17 @@ class Nodes:
 
 
 @pytest.fixture
-def nodes(netns_cluster: NetnsCluster, tmp_path: Path) -> Iterator[Nodes]:
+def nodes(netns_cluster: NetnsCluster) -> Iterator[Nodes]:
     leftover = {h.name: ray_processes(h) for h in netns_cluster.hosts}
     assert not any(leftover.values()), f"Ray processes before the test: {leftover}"
-    started = Nodes(netns_cluster, tmp_path)
+    # Ray's socket paths live under its temp dir and may not exceed 107 bytes.
+    temp_dir = Path(tempfile.mkdtemp(prefix="gray-", dir="/tmp"))
+    started = Nodes(netns_cluster, temp_dir)
     try:
         yield started
     finally:
         left = started.stop()
+        shutil.rmtree(temp_dir, ignore_errors=True)
         sys.stderr.write(f"ray cluster times: {started.times}\n")
         assert not any(left.values()), f"Ray processes left behind: {left}"
 
