@@ -17,7 +17,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ray_train.py"
 
 
 # Ray Train's run (a controller actor, then its workers) costs minutes on a loaded
-# 2-core machine: the default run keeps tests/ray/test_train.py for that path.
+# 2-core machine: that path is opt-in here and in tests/ray/test_train.py.
 @pytest.mark.parametrize("api", ["executor", pytest.param("ray-train", marks=pytest.mark.long)])
 def test_ray_train_example_trains_one_model_on_two_ranks(local_ray, capsys, api):
     spec = importlib.util.spec_from_file_location("ray_train_example", EXAMPLE)
