@@ -2,14 +2,18 @@
 
     python examples/ray_train.py                         # a local Ray of --num-workers CPUs
     python examples/ray_train.py --address auto          # an existing Ray cluster
+    python examples/ray_train.py --api ray-train         # through Ray Train instead
 
 The training function is Horovod's recipe, as in pytorch_train.py (whose dataset and model
 it imports): ``hvd.init()`` inside the function joins the job, the data is sharded by
 rank, the optimizer is wrapped in DistributedOptimizer and rank 0's parameters are
 broadcast. ``RayExecutor`` places the ranks with a placement group (PACK: as few nodes
 as possible), gives each its rank environment, and returns what each rank returned.
-Every rank returns the sum of its final parameters: they are equal when the ranks
-trained as one model.
+With ``--api ray-train`` the same function is Ray Train's ``train_loop_per_worker``:
+``DataParallelTrainer`` with gcurun's backend (``gcurun.ray.train.GcurunConfig``) starts
+the workers, and ``hvd.init()`` inside joins them as one job; each rank sends its result
+back through a Ray queue. Every rank returns the sum of its final parameters: they are
+equal when the ranks trained as one model.
 """
 
 from __future__ import annotations
@@ -79,8 +83,56 @@ def train(epochs: int, batch_size: int, lr: float, train_size: int, test_size: i
     return result
 
 
+def run_with_executor(args: argparse.Namespace,
+                      options: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each rank's result, the ranks started by gcurun's RayExecutor."""
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=args.timeout),
+                           num_workers=args.num_workers, cpus_per_worker=args.cpus_per_worker,
+                           use_gpu=args.use_gpu)
+    try:
+        executor.start()
+        return executor.run(train, kwargs=options)
+    finally:
+        executor.shutdown()
+
+
+def _train_loop(config: dict[str, Any]) -> None:
+    """Ray Train's loop: ``train`` with the run's options; the result to the queue."""
+    options = dict(config)
+    results = options.pop("results")
+    results.put(train(**options))
+
+
+def run_with_ray_train(args: argparse.Namespace,
+                       options: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each rank's result, the ranks started by Ray Train with gcurun's backend."""
+    import tempfile
+
+    from ray.train import RunConfig, ScalingConfig
+    from ray.util.queue import Queue
+
+    from gcurun.ray.train import DataParallelTrainer, GcurunConfig
+
+    results = Queue(actor_options={"num_cpus": 0})
+    try:
+        with tempfile.TemporaryDirectory(prefix="ray-train-") as storage:
+            DataParallelTrainer(
+                _train_loop, train_loop_config={**options, "results": results},
+                backend_config=GcurunConfig(timeout_s=args.timeout),
+                scaling_config=ScalingConfig(
+                    num_workers=args.num_workers, use_gpu=args.use_gpu,
+                    resources_per_worker={"CPU": args.cpus_per_worker}),
+                run_config=RunConfig(name="gcurun-ray-train", storage_path=storage)).fit()
+        found = [results.get(timeout=args.timeout) for _ in range(args.num_workers)]
+    finally:
+        results.shutdown()
+    return sorted(found, key=lambda result: result["rank"])
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--api", choices=("executor", "ray-train"), default="executor",
+                        help="RayExecutor, or Ray Train's DataParallelTrainer")
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--cpus-per-worker", type=float, default=1)
     parser.add_argument("--use-gpu", action="store_true")
@@ -109,17 +161,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         else:
             ray.init(num_cpus=int(args.num_workers * args.cpus_per_worker + 0.999),
                      include_dashboard=False)
-    executor = RayExecutor(RayExecutor.create_settings(timeout_s=args.timeout),
-                           num_workers=args.num_workers, cpus_per_worker=args.cpus_per_worker,
-                           use_gpu=args.use_gpu)
+    options = {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
+               "train_size": args.train_size, "test_size": args.test_size,
+               "max_steps": args.max_steps, "seed": args.seed}
     try:
-        executor.start()
-        results = executor.run(train, kwargs={
-            "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
-            "train_size": args.train_size, "test_size": args.test_size,
-            "max_steps": args.max_steps, "seed": args.seed})
+        run = run_with_ray_train if args.api == "ray-train" else run_with_executor
+        results = run(args, options)
     finally:
-        executor.shutdown()
         if started_ray:
             ray.shutdown()
     for result in results:

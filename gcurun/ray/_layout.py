@@ -3,8 +3,8 @@ each rank's environment. Pure functions over plain data; no Ray here.
 
 Ranks are numbered node by node, in the order the nodes first appear among the actors
 (as gcurun's own plan places ranks host by host), so the ranks of one node are
-consecutive and LOCAL_RANK counts them in order; CROSS_RANK of a local rank counts the
-nodes before it that have one, as Horovod and ``gcurun -H`` do for uneven hosts.
+consecutive and LOCAL_RANK counts them in order; CROSS_RANK counts the ranks before it
+with the same local rank, the runtime's rule (Horovod's, and ``gcurun -H``'s).
 """
 
 from __future__ import annotations
@@ -48,25 +48,24 @@ def rank_order(node_ids: Sequence[str]) -> list[int]:
 
 
 def rank_places(node_of_rank: Sequence[str]) -> list[RankPlace]:
-    """Each rank's local and cross place, for ranks 0..n-1 on ``node_of_rank[r]``.
-    Ranks need not be consecutive per node (Horovod's coordinator takes any order):
-    local ranks count a node's ranks in rank order."""
-    nodes: dict[str, list[int]] = {}
+    """Each rank's local and cross place, for ranks 0..n-1 on ``node_of_rank[r]``, by
+    the runtime's own rule (:func:`derive_rank_layout`: local ranks count a node's ranks
+    in rank order, cross ranks the ranks of the same local rank in rank order), so what
+    the executor tells a rank is what the rank derives. Ranks need not be consecutive
+    per node (Horovod's coordinator takes any order). ``node_rank`` numbers the nodes in
+    order of first appearance."""
+    from gcurun.runtime.frontend.layout import derive_rank_layout
+
+    node_index: dict[str, int] = {}
+    for node in node_of_rank:
+        node_index.setdefault(node, len(node_index))
+    places = []
     for rank, node in enumerate(node_of_rank):
-        nodes.setdefault(node, []).append(rank)
-    cross_sizes: dict[int, int] = {}
-    cross_rank: dict[int, int] = {}
-    local: dict[int, tuple[int, int, int]] = {}
-    for node_rank, ranks in enumerate(nodes.values()):
-        for local_rank, rank in enumerate(ranks):
-            cross_rank[rank] = cross_sizes.get(local_rank, 0)
-            cross_sizes[local_rank] = cross_rank[rank] + 1
-            local[rank] = (local_rank, len(ranks), node_rank)
-    size = len(node_of_rank)
-    return [RankPlace(rank=r, size=size, local_rank=local[r][0], local_size=local[r][1],
-                      cross_rank=cross_rank[r], cross_size=cross_sizes[local[r][0]],
-                      node_rank=local[r][2])
-            for r in range(size)]
+        derived = derive_rank_layout(node_of_rank, rank)
+        places.append(RankPlace(rank=rank, size=derived.size, local_rank=derived.local_rank,
+                                local_size=derived.local_size, cross_rank=derived.cross_rank,
+                                cross_size=derived.cross_size, node_rank=node_index[node]))
+    return places
 
 
 def host_names(sites: Sequence[WorkerSite]) -> list[str]:

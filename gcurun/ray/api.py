@@ -18,3 +18,9 @@ class RayStartTimeout(LaunchError, TimeoutError):
 class ExecutorStateError(LaunchError, RuntimeError):
     """A call the executor cannot serve in its state: before ``start()`` or after
     ``shutdown()``."""
+
+
+class RayElasticJobFailed(LaunchError, RuntimeError):
+    """An elastic job on Ray ended badly (Horovod raises RuntimeError): every worker
+    failed, the reset limit was reached, or too few slots stayed available. The first
+    error a worker's function raised, if any, is its ``__cause__``."""

@@ -1,7 +1,9 @@
 """Host discovery for elastic jobs (Horovod's ``horovod.runner.elastic.discovery`` base).
 
-Only the interface is here: elastic jobs on Ray (``RayHostDiscovery``, which reads Ray's
-live nodes) are not built yet.
+An elastic job on Ray asks its discovery for the hosts every
+``DISCOVER_HOSTS_FREQUENCY_SECS``; ``gcurun.ray.elastic_v2.RayHostDiscovery`` (the
+default) reads Ray's live nodes, and any subclass of this one may replace it
+(``settings.discovery`` with ``override_discovery=False``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gcurun.errors import CollectiveError
 from gcurun.ray._layout import WorkerSite, horovod_facts, rank_order, rank_places
@@ -32,6 +32,9 @@ from gcurun.ray.strategy import (
     PGStrategy,
     PlacementStrategy,
 )
+
+if TYPE_CHECKING:
+    from gcurun.ray.elastic_v2 import ElasticParams
 
 log = logging.getLogger("gcurun.ray")
 
@@ -62,6 +65,7 @@ class MiniSettings:
     timeout_s: float = 300
     placement_group_timeout_s: float = 100
     elastic: bool = False
+    discovery: Any = None
 
 
 class Coordinator:
@@ -144,27 +148,19 @@ class StaticParams:
         return False
 
 
-ELASTIC_PARAMETERS = ("min_workers", "max_workers", "reset_limit", "cooldown_range")
-
-
 def check_params(num_workers: int | None, num_hosts: int | None,
                  num_workers_per_host: int | None, cpus_per_worker: float, use_gpu: bool,
                  gpus_per_worker: float | None, use_current_placement_group: bool,
-                 placement_strategy: str, elastic: Mapping[str, Any]) -> StaticParams:
+                 placement_strategy: str) -> StaticParams:
     """The job's shape, or RayUsageError quoting the argument that cannot make one."""
-    given = {name: value for name, value in elastic.items() if value is not None}
-    if given:
-        shown = ", ".join(f"{name}={value!r}" for name, value in given.items())
-        raise RayUsageError(f"RayExecutor({shown}): elastic jobs on Ray are not built in "
-                            "gcurun.ray yet; give num_workers for a fixed-size job, or run "
-                            "an elastic job with gcurun --min-np over SSH")
     if num_workers is not None and num_hosts is not None:
         raise RayUsageError(f"RayExecutor(num_workers={num_workers}, num_hosts={num_hosts}): "
                             "give num_workers, or num_hosts with num_workers_per_host, "
                             "not both")
     if num_workers is None and num_hosts is None:
         raise RayUsageError("RayExecutor: give num_workers=N (ranks placed by the "
-                            "placement group), or num_hosts=H with num_workers_per_host=W")
+                            "placement group), num_hosts=H with num_workers_per_host=W, or "
+                            "min_workers=N for an elastic job")
     for name, value in (("num_workers", num_workers), ("num_hosts", num_hosts)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise RayUsageError(f"RayExecutor({name}={value!r}): {name} must be a whole "
@@ -200,8 +196,10 @@ class RayExecutor:
     with ``num_workers_per_host`` ranks each. Each rank reserves ``cpus_per_worker`` CPUs
     and, with ``use_gpu``, ``gpus_per_worker`` GPUs (default 1). Run inside a placement
     group (``use_current_placement_group``), the ranks use it instead of making one.
-    Elastic parameters (``min_workers``, ...) are refused: elastic jobs on Ray are not
-    built yet.
+    With ``min_workers`` (and ``max_workers``, ``reset_limit``, ``cooldown_range``,
+    ``elastic_timeout``) the job is elastic (:mod:`gcurun.ray.elastic_v2`): its workers
+    are the slots discovery finds (``settings.discovery``, by default Ray's live nodes),
+    and it re-forms from the last ``commit()`` when a worker or node dies or joins.
 
     Raises RayUsageError (also a ValueError) for arguments that make no job.
     """
@@ -233,13 +231,16 @@ class RayExecutor:
                  reset_limit: int | None = None, cooldown_range: Sequence[int] | None = None,
                  elastic_timeout: int = 600, override_discovery: bool = True, *,
                  placement_strategy: PlacementStrategy = "PACK") -> None:
-        self.params = check_params(
+        from gcurun.ray.elastic_v2 import check_elastic
+
+        elastic = check_elastic(num_workers, num_hosts, min_workers, max_workers, reset_limit,
+                                cooldown_range, elastic_timeout, override_discovery,
+                                cpus_per_worker, use_gpu, gpus_per_worker)
+        self.params: StaticParams | ElasticParams = elastic or check_params(
             num_workers, num_hosts, num_workers_per_host, cpus_per_worker, use_gpu,
-            gpus_per_worker, use_current_placement_group, placement_strategy,
-            {"min_workers": min_workers, "max_workers": max_workers,
-             "reset_limit": reset_limit, "cooldown_range": cooldown_range})
+            gpus_per_worker, use_current_placement_group, placement_strategy)
         self.settings = settings if settings is not None else self.create_settings()
-        self.settings.elastic = False
+        self.settings.elastic = self.params.elastic
         self.adapter: Any = None
         self._is_remote = False
 
@@ -261,13 +262,18 @@ class RayExecutor:
             raise ExecutorStateError("RayExecutor.start(): already started; call "
                                      "shutdown() first to start again")
         kwargs = asdict(self.params)
+        adapter_cls: type = StaticAdapter
+        if self.params.elastic:
+            from gcurun.ray.elastic_v2 import ElasticAdapter
+
+            adapter_cls = ElasticAdapter
         if ray.util.client.ray.is_connected():
             # A Ray client drives the job from an actor in the cluster: the rendezvous
             # must be served where the ranks can reach it.
-            remote = ray.remote(StaticAdapter).options(num_cpus=0)
+            remote: Any = ray.remote(adapter_cls).options(num_cpus=0)
             self.adapter, self._is_remote = remote.remote(self.settings, **kwargs), True
         else:
-            self.adapter, self._is_remote = StaticAdapter(self.settings, **kwargs), False
+            self.adapter, self._is_remote = adapter_cls(self.settings, **kwargs), False
         try:
             self._call("start", executable_cls=executable_cls,
                        executable_args=executable_args, executable_kwargs=executable_kwargs,

@@ -85,6 +85,23 @@ class BaseHorovodWorker:
                           f"{type(exc).__name__}: {exc}")
             raise
 
+    def execute_elastic(self, func: Callable[[Any], Any]) -> tuple[bool, Any]:
+        """``func(executable)`` as an elastic worker: (True, its result), or (False,
+        None) when the job removed this worker (its elastic loop ended it with status
+        0). Errors are raised as by :meth:`execute`."""
+        try:
+            return True, self.execute(func)
+        except SystemExit as exc:
+            if exc.code in (0, None):
+                return False, None
+            raise RuntimeError(f"the function exited with status {exc.code}") from None
+
+    def set_queue(self, queue: Any) -> None:
+        """Send this rank's ``ray_logger.log`` values to ``queue``."""
+        from gcurun.ray import ray_logger
+
+        ray_logger.configure(queue)
+
     def leave_job(self) -> None:
         """Shut this rank's runtime down, if it joined (the executor's shutdown)."""
         leave_runtime(None)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gcurun.errors import UsageError
-from gcurun.ray import RayExecutor, RayUsageError
+from gcurun.ray import RayExecutor, RayHostDiscovery, RayUsageError
+from gcurun.ray.elastic import RayHostDiscovery as ElasticRayDiscovery
 from gcurun.ray.runner import check_extra_env
 
 pytestmark = pytest.mark.ray
@@ -26,7 +27,8 @@ def test_num_workers_and_num_hosts_exclude_each_other():
 
 def test_one_of_num_workers_and_num_hosts_is_needed():
     assert refused() == ("RayExecutor: give num_workers=N (ranks placed by the placement "
-                         "group), or num_hosts=H with num_workers_per_host=W")
+                         "group), num_hosts=H with num_workers_per_host=W, or min_workers=N "
+                         "for an elastic job")
 
 
 def test_counts_must_be_positive_whole_numbers():
@@ -41,11 +43,50 @@ def test_gpus_per_worker_needs_use_gpu():
         "RayExecutor(gpus_per_worker=2, use_gpu=False): gpus_per_worker needs use_gpu=True")
 
 
-def test_elastic_parameters_are_refused_until_elastic_is_built():
-    assert refused(min_workers=1, max_workers=4) == (
-        "RayExecutor(min_workers=1, max_workers=4): elastic jobs on Ray are not built in "
-        "gcurun.ray yet; give num_workers for a fixed-size job, or run an elastic job "
-        "with gcurun --min-np over SSH")
+def test_elastic_arguments_are_checked_with_horovods_words():
+    assert refused(min_workers=1, num_workers=1) == (
+        "RayExecutor(min_workers=1, num_workers=1): Both `min_workers` and `num_workers` "
+        "provided. Give min_workers (and max_workers) for an elastic job, or num_workers "
+        "for a fixed-size one")
+    assert refused(max_workers=4) == (
+        "RayExecutor(max_workers=4, min_workers=None): `max_workers` provided without any "
+        "positive `min_workers`; elastic jobs need min_workers of 1 or more")
+    assert refused(min_workers=3, max_workers=2) == (
+        "RayExecutor(max_workers=2) is below min_workers=3; give max_workers of at least 3")
+    assert refused(min_workers=1, cooldown_range=(0, 10)) == (
+        "RayExecutor(cooldown_range=(0, 10)): the lower limit 0 cannot be lower than 1 s")
+    assert refused(min_workers=1, num_hosts=2) == (
+        "RayExecutor(min_workers=1, num_hosts=2): an elastic job takes the hosts discovery "
+        "finds; drop num_hosts")
+
+
+def test_an_elastic_executor_takes_ray_discovery_unless_told_otherwise():
+    settings = RayExecutor.create_settings()
+    executor = RayExecutor(settings, min_workers=2, max_workers=4, cpus_per_worker=2)
+    assert executor.settings.elastic is True
+    executor.start()
+    assert isinstance(settings.discovery, RayHostDiscovery)
+    assert settings.discovery.cpus_per_worker == 2
+    executor.shutdown()
+
+
+def _nodes(*entries):
+    return lambda: [{"NodeManagerAddress": name, "Resources": resources, "alive": alive}
+                    for name, resources, alive in entries]
+
+
+def test_ray_discovery_counts_the_slots_of_live_nodes(monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "nodes", _nodes(("10.0.0.1", {"CPU": 8, "GPU": 2}, True),
+                                             ("10.0.0.2", {"CPU": 3}, True),
+                                             ("10.0.0.3", {"CPU": 8}, False)))
+    assert RayHostDiscovery(cpus_per_worker=2).find_available_hosts_and_slots() == {
+        "10.0.0.1": 4, "10.0.0.2": 1}
+    assert RayHostDiscovery(use_gpu=True, gpus_per_worker=1).find_available_hosts_and_slots() \
+        == {"10.0.0.1": 2}
+    assert ElasticRayDiscovery(use_gpu=True, cpus_per_slot=1, gpus_per_slot=2) \
+        .find_available_hosts_and_slots() == {"10.0.0.1": 1}
 
 
 def test_an_unknown_placement_strategy_is_refused():

@@ -58,3 +58,14 @@ def test_coordinator_registration_in_any_rank_order():
     assert info[0] == {"HOROVOD_CROSS_RANK": 0, "HOROVOD_CROSS_SIZE": 2,
                        "HOROVOD_LOCAL_RANK": 0, "HOROVOD_LOCAL_SIZE": 2}
     assert info[3]["HOROVOD_LOCAL_RANK"] == 1 and info[3]["HOROVOD_CROSS_RANK"] == 1
+
+
+@pytest.mark.parametrize("nodes", [["a", "b", "b", "a"], ["a", "b", "c", "c", "a", "b", "a"],
+                                   ["a", "a", "a", "b", "c", "c"]])
+def test_ranks_get_the_places_the_runtime_derives(nodes):
+    from gcurun.runtime.frontend.layout import derive_rank_layout
+
+    for place in rank_places(nodes):
+        derived = derive_rank_layout(nodes, place.rank)
+        assert (place.local_rank, place.local_size, place.cross_rank, place.cross_size) == \
+            (derived.local_rank, derived.local_size, derived.cross_rank, derived.cross_size)

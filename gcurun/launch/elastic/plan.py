@@ -17,7 +17,7 @@ from gcurun.launch.api import LaunchPlan
 from gcurun.launch.elastic.assignment import assign_slots, layout
 from gcurun.launch.elastic.config import ElasticConfig
 from gcurun.launch.elastic.records import Assignment
-from gcurun.launch.remote.rank_env import rank_environment
+from gcurun.launch.remote.rank_env import DeviceList, rank_environment
 
 
 def worker_settings(settings: Settings, hosts: Sequence[HostSpec]) -> Settings:
@@ -25,6 +25,24 @@ def worker_settings(settings: Settings, hosts: Sequence[HostSpec]) -> Settings:
     gcurun's own launcher (local or SSH, by host)."""
     return dataclasses.replace(settings, hosts=tuple(hosts), np=sum(h.slots for h in hosts),
                                launcher=None, oversubscribe=True)
+
+
+def worker_environment(a: Assignment, *, master_addr: str, master_port: int,
+                       liveness: float, device_var: str | None = None,
+                       device: str | None = None,
+                       visible_devices: DeviceList | Sequence[str] | None = None
+                       ) -> dict[str, str]:
+    """The variables of the elastic worker ``a``: its generation's rank, size and
+    layout (:func:`rank_environment`), its worker id and the elastic flags. Every
+    launcher of elastic workers (processes, Ray actors) gives them these."""
+    env = rank_environment(
+        rank=a.rank, size=a.size, local_rank=a.local_rank, local_size=a.local_size,
+        cross_rank=a.cross_rank, cross_size=a.cross_size, node_rank=a.cross_rank,
+        hostname=a.host, master_addr=master_addr, master_port=master_port,
+        device_var=device_var, device=device, visible_devices=visible_devices)
+    env.update(GCURUN_ELASTIC_WORKER=str(a.worker), GCURUN_ELASTIC="1",
+               HOROVOD_ELASTIC="1", GCURUN_LIVENESS_TIMEOUT_SECONDS=f"{liveness:g}")
+    return env
 
 
 def worker_plan(command: Sequence[str], settings: Settings, hosts: Sequence[HostSpec],
@@ -41,14 +59,10 @@ def worker_plan(command: Sequence[str], settings: Settings, hosts: Sequence[Host
     for a in assignments:
         r = by_slot[(a.host, a.slot)]
         env = dict(r.env)
-        env.update(rank_environment(
-            rank=a.rank, size=a.size, local_rank=a.local_rank, local_size=a.local_size,
-            cross_rank=a.cross_rank, cross_size=a.cross_size, node_rank=a.cross_rank,
-            hostname=a.host, master_addr=plan.master_addr, master_port=plan.master_port,
-            device_var=plan.device_var, device=r.device,
-            visible_devices=r.visible_devices))
-        env.update(GCURUN_ELASTIC_WORKER=str(a.worker), GCURUN_ELASTIC="1",
-                   HOROVOD_ELASTIC="1", GCURUN_LIVENESS_TIMEOUT_SECONDS=f"{liveness:g}")
+        env.update(worker_environment(a, master_addr=plan.master_addr,
+                                      master_port=plan.master_port, liveness=liveness,
+                                      device_var=plan.device_var, device=r.device,
+                                      visible_devices=r.visible_devices))
         ranks.append(dataclasses.replace(r, rank=a.worker, env=env))
     return dataclasses.replace(plan, ranks=tuple(ranks))
 
