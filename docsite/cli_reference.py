@@ -57,9 +57,8 @@ def command_records() -> list[CommandRecord]:
 
 def _walk(path: str, command: click.Command, parent: click.Context | None
           ) -> Iterator[CommandRecord]:
-    ctx = click.Context(command, info_name=path.split()[-1], parent=parent)
-    if parent is None:
-        ctx.info_name = path
+    name = path if parent is None else path.split()[-1]
+    ctx = click.Context(command, info_name=name, parent=parent, **command.context_settings)
     rows = tuple(OptionRow(*record) for param in command.get_params(ctx)
                  if (record := param.get_help_record(ctx)) is not None)
     subcommands: dict[str, click.Command] = {}
