@@ -6,8 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from docsite.pages import (DOCS, ROOT, TRANSLATED, chinese_pages, code_blocks,
-                           english_pages, without_comments)
+from docsite.pages import (
+    DOCS,
+    ROOT,
+    TRANSLATED,
+    chinese_pages,
+    code_blocks,
+    english_pages,
+    without_comments,
+)
 
 
 def test_every_chinese_page_has_its_english_page() -> None:
