@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 import subprocess
@@ -13,6 +14,7 @@ from docsite.cli_reference import command_records, render_markdown
 from docsite.pages import ROOT
 
 
+@functools.cache
 def _help(path: str) -> str:
     args = path.split()[1:]
     done = subprocess.run([sys.executable, "-m", "gcurun", *args, "--help"], cwd=ROOT,
