@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 RUNNABLE_MARK = "<!-- runnable -->"
 # Pages the Chinese site must have (the rest may show in English there).
-TRANSLATED = ("index", "getting-started", "launching", "horovod-gcu-recipes",
-              "troubleshooting", "migrating-from-horovodrun", "cli")
+TRANSLATED = ("index", "getting-started", "launching", "profiles", "ssh", "mpi-options",
+              "schedulers", "horovod-gcu-recipes", "troubleshooting",
+              "migrating-from-horovodrun", "cli")
 
 
 def english_pages() -> list[str]:
