@@ -26,3 +26,9 @@ def test_every_page_is_in_the_navigation() -> None:
 def test_the_scale_model_plot_is_on_the_performance_page(built_site: Path) -> None:
     assert (built_site / "scaling.png").stat().st_size > 1000
     assert 'src="../scaling.png"' in (built_site / "scaling/index.html").read_text()
+
+
+def test_pages_without_a_translation_say_so_on_the_chinese_site(built_site: Path) -> None:
+    assert "本页尚未翻译" in (built_site / "zh/engine/index.html").read_text()
+    assert "本页尚未翻译" not in (built_site / "zh/launching/index.html").read_text()
+    assert "本页尚未翻译" not in (built_site / "engine/index.html").read_text()
