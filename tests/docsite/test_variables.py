@@ -24,5 +24,6 @@ def test_documented_variables_exist() -> None:
     for path in [*DOCS.glob("*.md"), *ROOT.glob("README*.md")]:
         for name in _NAME.findall(path.read_text()):
             documented.setdefault(name, path.name)
-    unknown = {name: page for name, page in documented.items() if name not in _known()}
+    known = _known()
+    unknown = {name: page for name, page in documented.items() if name not in known}
     assert not unknown, f"variables the docs name but the code does not know: {unknown}"
