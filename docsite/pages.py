@@ -80,15 +80,31 @@ def without_comments(block: str) -> str:
 
 @dataclass(frozen=True)
 class Runnable:
+    """A block to run: ``bash`` or ``python`` code that must succeed, or a ``console``
+    session of ``$ command`` lines, each followed by the first lines of its output."""
+
     page: str
-    language: str  # "bash" or "python"
+    language: str  # "bash", "python" or "console"
     code: str
 
+    def session(self) -> list[tuple[str, list[str]]]:
+        """A console block's commands, each with the output lines shown after it."""
+        steps: list[tuple[str, list[str]]] = []
+        for line in self.code.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            elif steps:
+                steps[-1][1].append(line)
+        return steps
 
-_RUNNABLE = re.compile(re.escape(RUNNABLE_MARK) + r"\n```(bash|python)\n(.*?)\n```", re.S)
+
+_RUNNABLE = re.compile(r"<!-- runnable(?:: output)? -->\n```(bash|python|console)\n(.*?)\n```",
+                       re.S)
 
 
 def runnable_blocks(page: str) -> list[Runnable]:
-    """The blocks of docs/PAGE.md marked ``<!-- runnable -->`` on the line before."""
+    """The blocks of docs/PAGE.md marked ``<!-- runnable -->`` (code that must succeed) or
+    ``<!-- runnable: output -->`` (a console session whose output must match) on the line
+    before."""
     text = (DOCS / f"{page}.md").read_text()
     return [Runnable(page, lang, code) for lang, code in _RUNNABLE.findall(text)]

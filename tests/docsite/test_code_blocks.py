@@ -1,6 +1,7 @@
 """Every code block of the site marked ``<!-- runnable -->`` runs on this host and
 succeeds: bash blocks with ``gcurun`` on PATH (this checkout's), python blocks with this
-checkout on PYTHONPATH, from the repository's root."""
+checkout on PYTHONPATH, from the repository's root; a console block marked
+``<!-- runnable: output -->`` prints what the page shows (its first lines)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,14 @@ def test_some_blocks_are_marked() -> None:
 def test_runnable_block(block, gcurun_bin: Path) -> None:
     env = {**os.environ, "PATH": f"{gcurun_bin}{os.pathsep}{os.environ.get('PATH', '')}",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    if block.language == "console":
+        for command, shown in block.session():
+            done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+            printed = [line.rstrip() for line in done.stdout.splitlines()]
+            assert printed[:len(shown)] == [line.rstrip() for line in shown], (
+                f"docs/{block.page}.md: $ {command}\nprinted:\n{done.stdout[-3000:]}")
+        return
     argv = (["bash", "-euo", "pipefail", "-c", block.code] if block.language == "bash"
             else [sys.executable, "-c", block.code])
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
