@@ -16,7 +16,7 @@ DOCS = ROOT / "docs"
 RUNNABLE_MARK = "<!-- runnable -->"
 # Pages the Chinese site must have (the rest may show in English there).
 TRANSLATED = ("index", "getting-started", "launching", "profiles", "ssh", "mpi-options",
-              "schedulers", "horovod-gcu-recipes", "troubleshooting",
+              "schedulers", "torch", "horovod-gcu-recipes", "troubleshooting",
               "migrating-from-horovodrun", "cli")
 
 
