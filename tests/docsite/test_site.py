@@ -3,9 +3,10 @@ page has a place in its navigation."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from docsite.pages import english_pages, nav_pages
+from docsite.pages import ROOT, english_pages, nav_pages
 
 
 def test_build_is_strict_and_has_both_languages(built_site: Path) -> None:
@@ -32,3 +33,13 @@ def test_pages_without_a_translation_say_so_on_the_chinese_site(built_site: Path
     assert "本页尚未翻译" in (built_site / "zh/engine/index.html").read_text()
     assert "本页尚未翻译" not in (built_site / "zh/launching/index.html").read_text()
     assert "本页尚未翻译" not in (built_site / "engine/index.html").read_text()
+
+
+def test_the_readmes_link_to_files_that_exist() -> None:
+    for readme in ("README.md", "README.zh-CN.md"):
+        text = (ROOT / readme).read_text()
+        targets = [t for t in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+                   if "://" not in t]
+        assert targets, readme
+        missing = [t for t in targets if not (ROOT / t).exists()]
+        assert not missing, f"{readme} links to missing files: {missing}"
