@@ -1,25 +1,24 @@
 #!/usr/bin/env bash
 # Install what the test suite needs on a fresh Debian/Ubuntu machine (as root), then run it.
 #   system: openssh-server (sshd for the namespace hosts), iproute2 (ip netns), numactl,
-#           slurm-wlm and munge (a Slurm on the namespace hosts), libpmix-dev (srun --mpi=pmix),
-#           chromium and fonts-wqy-zenhei (the docs site checked in a browser, Chinese pages too)
+#           slurm-wlm and munge (a Slurm on the namespace hosts), libpmix-dev (srun --mpi=pmix)
 #   python: gcurun with its dev and tensorflow extras (pytest, pytest-timeout, ruff, mypy;
 #           tensorflow-cpu, with Keras 3; tf-keras, Keras 2), torch 2.13.0 (CPU), paddlepaddle 3.3.1 (CPU) and
-#           jax 0.10.2 (their distributed modes under gcurun), ray 2.60.0 (gcurun.ray),
-#           mkdocs with the Material theme and the i18n plugin (the docs site, built by tests/docsite)
+#           jax 0.10.2 (their distributed modes under gcurun), ray 2.60.0 (gcurun.ray)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     missing=""
-    for tool in sshd:openssh-server ip:iproute2 numactl:numactl slurmd:slurm-wlm munged:munge \
-                chromium:chromium; do
+    for tool in sshd:openssh-server ip:iproute2 numactl:numactl slurmd:slurm-wlm munged:munge; do
         command -v "${tool%%:*}" >/dev/null || [ -x "/usr/sbin/${tool%%:*}" ] \
             || missing="$missing ${tool#*:}"
     done
     # Slurm's PMIx plugin loads libpmix.so, which only the -dev package provides; the tests
     # start their own slurmd, after this.
     dpkg -s libpmix-dev >/dev/null 2>&1 || missing="$missing libpmix-dev"
-    # A font with Chinese glyphs, for the Chinese pages' screenshots.
+    # The documentation site's browser test (tests/docsite): headless Chromium, and a font
+    # with Chinese glyphs for the Chinese pages' screenshots.
+    command -v chromium >/dev/null || missing="$missing chromium"
     dpkg -s fonts-wqy-zenhei >/dev/null 2>&1 || missing="$missing fonts-wqy-zenhei"
     if [ -n "$missing" ]; then
         DEBIAN_FRONTEND=noninteractive apt-get update -qq
@@ -40,7 +39,8 @@ python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q paddlepaddle==3.3.1 jax==0.10.2
 # Ray for gcurun.ray's tests on a local Ray (tests/ray).
 python3 -m pip install -q ray==2.60.0
-# The documentation site (mkdocs.yml; tests/docsite builds it with --strict).
+# MkDocs with the Material theme and the i18n plugin: the documentation site (mkdocs.yml),
+# which tests/docsite builds with --strict.
 python3 -m pip install -q mkdocs==1.6.1 mkdocs-material==9.8.2 mkdocs-static-i18n==1.3.1
 python3 -c "import paddle, jax, ray"
 ruff check .
