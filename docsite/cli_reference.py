@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import click
 
@@ -24,6 +25,7 @@ class OptionRow:
 
     names: str  # "-np, --num-proc N"
     help: str
+    group: str = ""  # the --help section it is listed under, where the command has sections
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,12 @@ def _walk(path: str, command: click.Command, parent: click.Context | None
           ) -> Iterator[CommandRecord]:
     name = path if parent is None else path.split()[-1]
     ctx = click.Context(command, info_name=name, parent=parent, **command.context_settings)
-    rows = tuple(OptionRow(*record) for param in command.get_params(ctx)
-                 if (record := param.get_help_record(ctx)) is not None)
+    rows = _grouped(tuple(OptionRow(*record, group=_group_title(param.name))
+                          for param in command.get_params(ctx)
+                          if (record := param.get_help_record(ctx)) is not None)
+                    if parent is None and path == "gcurun" else
+                    tuple(OptionRow(*record) for param in command.get_params(ctx)
+                          if (record := param.get_help_record(ctx)) is not None))
     subcommands: dict[str, click.Command] = {}
     if isinstance(command, click.Group):
         subcommands = {name: command.commands[name] for name in command.list_commands(ctx)}
@@ -68,6 +74,30 @@ def _walk(path: str, command: click.Command, parent: click.Context | None
     yield CommandRecord(path, usage, inspect_text(command), rows, tuple(subcommands))
     for name, sub in subcommands.items():
         yield from _walk(f"{path} {name}", sub, ctx)
+
+
+def _groups() -> tuple[Any, ...]:
+    """The run command's option sections (``gcurun.cli.help.GROUPS``: title, topic,
+    params), where gcurun groups its ``--help``; none where it does not."""
+    try:
+        from gcurun.cli import help as grouping  # type: ignore[attr-defined]
+    except ImportError:
+        return ()
+    return tuple(getattr(grouping, "GROUPS", ()))
+
+
+def _group_title(name: str | None) -> str:
+    for group in _groups():
+        if name in group.params:
+            return f"{group.title} (gcurun help {group.topic})"
+    return ""
+
+
+def _grouped(rows: tuple[OptionRow, ...]) -> tuple[OptionRow, ...]:
+    """``rows`` in the order of the sections, as --help lists them (ungrouped last)."""
+    order = [f"{g.title} (gcurun help {g.topic})" for g in _groups()]
+    return tuple(sorted(rows, key=lambda row: order.index(row.group) if row.group in order
+                        else len(order)))
 
 
 def inspect_text(command: click.Command) -> str:
@@ -105,6 +135,10 @@ def render_markdown(records: list[CommandRecord]) -> str:
             links = ", ".join(f"[`{name}`](#{anchor(record.path + ' ' + name)})"
                               for name in record.subcommands)
             parts.append(f"Subcommands: {links}.\n")
+        group = ""
         for row in record.options:
+            if row.group and row.group != group:
+                group = row.group
+                parts.append(f"**{escape(group)}**\n")
             parts.append(f"`{row.names}`\n:   {escape(' '.join(row.help.split())) or '-'}\n")
     return "\n".join(parts)

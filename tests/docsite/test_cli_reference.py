@@ -34,8 +34,9 @@ _OPTION = re.compile(r"^  (-{1,2}[\w-]+(?:[ ,/]+-{1,2}[\w-]+)*)", re.M)
 
 
 def _options_in_help(text: str) -> set[str]:
-    """Every option spelling on the option lines of a --help text."""
-    section = text.split("\nOptions:\n", 1)[1].split("\nCommands:\n", 1)[0]
+    """Every option spelling on the option lines of a --help text, in any of its sections
+    (``Options:``, or the grouped sections of the run command)."""
+    section = text.split("\nCommands:\n", 1)[0]
     return {spelling for line in _OPTION.findall(section)
             for spelling in re.findall(r"-{1,2}[\w-]+", line)}
 
