@@ -23,6 +23,10 @@ if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     # Slurm's PMIx plugin loads libpmix.so, which only the -dev package provides; the tests
     # start their own slurmd, after this.
     dpkg -s libpmix-dev >/dev/null 2>&1 || missing="$missing libpmix-dev"
+    # The documentation site's browser test (tests/docsite): headless Chromium, and a font
+    # with Chinese glyphs for the Chinese pages' screenshots.
+    command -v chromium >/dev/null || missing="$missing chromium"
+    dpkg -s fonts-wqy-zenhei >/dev/null 2>&1 || missing="$missing fonts-wqy-zenhei"
     if [ -n "$missing" ]; then
         DEBIAN_FRONTEND=noninteractive apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
@@ -42,6 +46,9 @@ python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q paddlepaddle==3.3.1 jax==0.10.2
 # Ray for gcurun.ray's tests on a local Ray (tests/ray).
 python3 -m pip install -q ray==2.60.0
+# MkDocs with the Material theme and the i18n plugin: the documentation site (mkdocs.yml),
+# which tests/docsite builds with --strict.
+python3 -m pip install -q mkdocs==1.6.1 mkdocs-material==9.8.2 mkdocs-static-i18n==1.3.1
 # Spark for gcurun.spark's tests (tests/spark: a local-cluster session; tests/cluster: a
 # standalone cluster on the namespace hosts).
 python3 -m pip install -q pyspark==4.3.0
