@@ -115,7 +115,9 @@ class FunctionService:
         try:
             rank = self._greet(conn)
             if rank is not None:
-                # As long as the function runs: the job's end closes the connection.
+                # As long as the function runs: the job's end closes the connection. (The
+                # handshake's deadline is still the socket's timeout: clear it.)
+                conn.settimeout(None)
                 header, data = rank_side.recv_blob(conn, None)
                 if header.get("op") == "result" and header.get("rank") == rank:
                     with self._lock:
