@@ -13,6 +13,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gcurun.errors import LaunchError
@@ -37,7 +38,11 @@ class FunctionService:
     """Serves ``payload`` (a pickled function) to ranks ``0..size-1`` on ``host``.
 
     ``start()`` binds (raises LaunchError when it cannot) and accepts in a daemon thread;
-    ``close()`` stops it. Outcomes arrive in :attr:`outcomes` by rank.
+    ``close()`` stops it. Outcomes arrive in :attr:`outcomes` by rank. Each rank is served
+    once: a second process that says it is a rank already served (a retried or
+    speculative copy) gets no function. :attr:`started` holds the ranks served
+    (:attr:`hosts` the host each named), :attr:`dropped` those whose connection closed
+    before their outcome came.
     """
 
     def __init__(self, payload: bytes, size: int, secret: bytes, host: str = "127.0.0.1"):
@@ -50,6 +55,9 @@ class FunctionService:
         self._closed = False
         self._conns: set[socket.socket] = set()
         self.outcomes: dict[int, Outcome] = {}
+        self.started: set[int] = set()
+        self.dropped: set[int] = set()
+        self.hosts: dict[int, str] = {}
 
     @property
     def port(self) -> int:
@@ -96,6 +104,18 @@ class FunctionService:
                 self._lock.wait(left)
         return True
 
+    def wait_until(self, ready: Callable[[FunctionService], bool], timeout: float) -> bool:
+        """Whether ``ready(self)`` (called under the service's lock, after every change of
+        what ranks did) became true within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not ready(self):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+        return True
+
     def _accept(self) -> None:
         assert self._listener is not None
         while True:
@@ -112,6 +132,7 @@ class FunctionService:
                              name="gcurun-run-rank").start()
 
     def _serve(self, conn: socket.socket, peer: object) -> None:
+        rank = None
         try:
             rank = self._greet(conn)
             if rank is not None:
@@ -128,6 +149,9 @@ class FunctionService:
         finally:
             with self._lock:
                 self._conns.discard(conn)
+                if rank is not None and rank not in self.outcomes:
+                    self.dropped.add(rank)
+                    self._lock.notify_all()
             conn.close()
 
     def _greet(self, conn: socket.socket) -> int | None:
@@ -144,5 +168,12 @@ class FunctionService:
         rank = hello.get("rank")
         if hello["op"] != "hello" or not isinstance(rank, int) or not 0 <= rank < self._size:
             return None
+        with self._lock:
+            if rank in self.started:
+                log.warning("gcurun.run: a second process for rank %d was refused", rank)
+                return None
+            self.started.add(rank)
+            self.hosts[rank] = str(hello.get("host") or "")
+            self._lock.notify_all()
         rank_side.send_blob(conn, {"op": "function"}, self._payload, deadline)
         return rank

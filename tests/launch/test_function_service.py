@@ -48,6 +48,21 @@ def test_a_rank_out_of_range_is_sent_nothing(service):
     sock.close()
 
 
+def test_a_second_copy_of_a_rank_is_sent_nothing_and_a_lost_rank_is_seen(service):
+    first = rank_side.connect(address(service), b"k" * 32, timeout=5)
+    hello = {"op": "hello", "rank": 0, "host": "h1"}
+    wire.send_all(first, wire.encode_frame(hello), wire_deadline())
+    assert rank_side.recv_blob(first, wire_deadline())[1] == b"the function"
+    second = rank_side.connect(address(service), b"k" * 32, timeout=5)
+    wire.send_all(second, wire.encode_frame(hello), wire_deadline())
+    with pytest.raises(wire.WireError, match="connection closed"):
+        rank_side.recv_blob(second, wire_deadline())
+    second.close()
+    assert (service.started, service.hosts, service.dropped) == ({0}, {0: "h1"}, set())
+    first.close()    # gone without its outcome
+    assert service.wait_until(lambda s: s.dropped == {0}, 5)
+
+
 def test_addresses_parse_and_bad_ones_are_refused():
     assert rank_side.parse_addresses("a:1, [::1]:2") == [("a", 1), ("::1", 2)]
     for bad in ("", "a", "a:x", ":1"):

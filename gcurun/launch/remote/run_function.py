@@ -162,7 +162,8 @@ def main() -> int:
     secret = bytes.fromhex(os.environ.pop(SECRET_VARIABLE))
     sock = connect(parse_addresses(os.environ[ADDRESS_VARIABLE]), secret)
     deadline = time.monotonic() + CONNECT_SECONDS
-    wire.send_all(sock, wire.encode_frame({"op": "hello", "rank": rank}), deadline)
+    hello = {"op": "hello", "rank": rank, "host": os.environ.get("GCURUN_HOSTNAME", "")}
+    wire.send_all(sock, wire.encode_frame(hello), deadline)
     _, payload = recv_blob(sock, deadline)
     ok, data = outcome(payload)
     send_blob(sock, {"op": "result", "rank": rank, "ok": ok}, data, time.monotonic() + 600)

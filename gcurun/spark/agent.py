@@ -1,0 +1,175 @@
+"""The Spark task of an elastic job (``run_elastic``): an agent that offers its task
+slot to the driver and runs the workers the driver's elastic runner starts there.
+
+Each agent connects to the driver's agent service, proves it knows the job's secret,
+says where it runs (its executor's host address and the executor, by the pid of its
+JVM), and then obeys frames: ``start`` a worker (``python -m
+gcurun.launch.remote.run_function`` with the environment the driver planned, over the
+executor's own), ``stop`` it, ``done`` (the job is over). It reports each worker's exit.
+A worker runs in its own session and gets SIGKILL when its agent's Python worker dies
+(the executor lost, the task killed): the driver sees the agent's connection drop and
+re-forms the job without that executor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from gcurun.launch.remote import run_function as rank_side
+from gcurun.launch.remote.session_guard import death_signal_setter, signal_group
+from gcurun.launch.remote.spawning import merged_environment
+from gcurun.rendezvous import wire
+
+MAGIC = b"GCUSA01\n"
+LABEL = b"gcurun-spark-agent"
+CONNECT_SECONDS = 30.0
+SEND_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class AgentJob:
+    """What an agent task needs (shipped in the task's closure)."""
+
+    service: tuple[str, int]            # the driver's agent service
+    secret: str                         # hex
+    shared: Mapping[str, str]           # every worker's variables (the caller's env)
+    executable: str | None = None
+    grace: float = 5.0
+
+
+def executor_pid() -> int:
+    """The pid of this Python worker's executor JVM (the first ``java`` above it), or its
+    parent's when there is none: the executor's identity on its host."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+                text = stat.read()
+        except OSError:
+            break
+        name = text[text.index("(") + 1:text.rindex(")")]
+        if name == "java":
+            return pid
+        pid = int(text[text.rindex(")") + 2:].split()[1])
+    return os.getppid()
+
+
+def address_towards(host: str, port: int) -> str:
+    """This host's address on the route to ``host`` (what the driver sees it as)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, port))
+        return str(probe.getsockname()[0])
+
+
+def connect(job: AgentJob) -> socket.socket:
+    """An authenticated connection to the driver's agent service."""
+    deadline = time.monotonic() + CONNECT_SECONDS
+    secret = bytes.fromhex(job.secret)
+    sock = socket.create_connection(job.service, timeout=CONNECT_SECONDS)
+    try:
+        server_nonce, client_nonce = wire.client_handshake(sock, secret, MAGIC, LABEL,
+                                                           deadline)
+        proof = wire.recv_exact(sock, wire.MAC_BYTES, deadline)
+        if wire.check_proof(secret, LABEL, server_nonce, client_nonce, proof) is None:
+            raise ConnectionError("the driver's agent service could not prove it knows "
+                                  "the job's secret")
+    except BaseException:
+        sock.close()
+        raise
+    sock.settimeout(None)
+    return sock
+
+
+class Agent:
+    """One task slot's workers (see the module)."""
+
+    def __init__(self, job: AgentJob, sock: socket.socket) -> None:
+        self.job = job
+        self.sock = sock
+        self.workers: dict[int, subprocess.Popen] = {}
+        self._send_lock = threading.Lock()
+
+    def send(self, message: dict) -> None:
+        with self._send_lock, contextlib.suppress(OSError, wire.WireError):
+            wire.send_all(self.sock, wire.encode_frame(message),
+                          time.monotonic() + SEND_SECONDS)
+
+    def serve(self) -> None:
+        """Obey the driver until ``done`` or until its connection ends; then stop every
+        worker still running."""
+        try:
+            while True:
+                try:
+                    frame = wire.recv_frame(self.sock, None)
+                except (OSError, wire.WireError):
+                    return
+                if frame.get("op") == "start":
+                    self.start(int(frame["worker"]), dict(frame["env"]))
+                elif frame.get("op") == "stop":
+                    self.stop(int(frame["worker"]))
+                elif frame.get("op") == "done":
+                    return
+        finally:
+            for worker in list(self.workers):
+                self.stop(worker)
+
+    def start(self, worker: int, planned: Mapping[str, str]) -> None:
+        env = merged_environment(os.environ, planned, {}, shared=self.job.shared)
+        try:
+            process = subprocess.Popen(
+                [self.job.executable or sys.executable, "-m", rank_side.__name__], env=env,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=death_signal_setter(signal.SIGKILL))
+        except OSError as exc:
+            self.send({"op": "exit", "worker": worker, "code": 127, "signal": None,
+                       "text": f"cannot start the worker: {exc}"})
+            return
+        self.workers[worker] = process
+        self.send({"op": "started", "worker": worker, "pid": process.pid})
+        threading.Thread(target=self._watch, args=(worker, process), daemon=True,
+                         name=f"gcurun-agent-{worker}").start()
+
+    def _watch(self, worker: int, process: subprocess.Popen) -> None:
+        code = process.wait()
+        self.send({"op": "exit", "worker": worker, "code": code if code >= 0 else None,
+                   "signal": -code if code < 0 else None, "text": ""})
+
+    def stop(self, worker: int) -> None:
+        """SIGTERM to the worker's process group, the grace period, SIGKILL."""
+        process = self.workers.pop(worker, None)
+        if process is None or process.poll() is not None:
+            return
+        signal_group(process.pid, signal.SIGTERM)
+        try:
+            process.wait(self.job.grace)
+        except subprocess.TimeoutExpired:
+            signal_group(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def run_agent(job: AgentJob, _rows: Iterable[object]) -> Iterator[int]:
+    """The body of each agent task: register, serve, report how many workers it ran."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None, "run_agent runs in a Spark task"
+    sock = connect(job)
+    agent = Agent(job, sock)
+    try:
+        agent.send({"op": "agent", "host": address_towards(*job.service),
+                    "executor": executor_pid(), "partition": context.partitionId(),
+                    "attempt": context.attemptNumber()})
+        agent.serve()
+    finally:
+        sock.close()
+    yield 0

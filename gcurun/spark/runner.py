@@ -1,0 +1,279 @@
+"""``gcurun.spark.run``: Horovod's ``horovod.spark.run`` on gcurun.
+
+One rank per task of a Spark barrier stage (the tasks start together or not at all).
+The driver serves the pickled function (:mod:`gcurun.launch.function_service`, as
+:func:`gcurun.run` does) and the ranks' rendezvous (the tcp runtime), both authenticated
+with the job's secret; each task works out its rank from where the stage's tasks run and
+starts it as a child process (:mod:`gcurun.spark.task`). The service serves each rank
+once, so a task Spark retries, or a speculative copy, never runs a rank twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import pickle
+import secrets as _secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gcurun.errors import RankFailure, RankFunctionError
+from gcurun.launch.function_service import FunctionService, Outcome
+from gcurun.spark.api import SparkJobFailed, SparkStartTimeout, SparkUsageError
+from gcurun.spark.task import TaskJob, TaskResult, run_task
+
+log = logging.getLogger("gcurun.spark")
+
+DEFAULT_START_TIMEOUT = 600.0
+START_TIMEOUT_VARIABLE = "HOROVOD_SPARK_START_TIMEOUT"
+TIMEOUT_VARIABLE = "GCURUN_TIMEOUT_SECONDS"
+# How often the driver looks at the Spark job while it waits for the ranks.
+POLL_SECONDS = 0.5
+# How long the Spark job may take to end once every rank returned, or once cancelled.
+END_SECONDS = 60.0
+# Errors a rank raises because another rank failed: never the root cause.
+CONSEQUENCES = frozenset({"CollectiveError", "PeerFailureError", "CollectiveTimeout"})
+
+
+@dataclass
+class SparkJob:
+    """The stage of one job's tasks (a barrier stage unless ``barrier`` is False), run
+    in a thread of the driver (a Spark action blocks) under a job group of its own, so
+    it can be cancelled."""
+
+    size: int
+    task: Callable[[Any], Any]          # a partition's body (run_task, run_agent)
+    barrier: bool = True
+    group: str = field(default_factory=lambda: f"gcurun-{_secrets.token_hex(6)}")
+    results: list[TaskResult] | None = None
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self, context: Any) -> None:
+        from pyspark import InheritableThread
+
+        def body() -> None:
+            try:
+                context.setJobGroup(self.group, f"gcurun: {self.size} ranks",
+                                    interruptOnCancel=True)
+                rdd = context.parallelize(range(self.size), self.size)
+                stage = rdd.barrier() if self.barrier else rdd
+                self.results = stage.mapPartitions(self.task).collect()
+            except BaseException as exc:  # noqa: BLE001 - reported by the driver
+                self.error = exc
+            finally:
+                self.done.set()
+
+        self._thread = InheritableThread(target=body, name="gcurun-spark-job", daemon=True)
+        self._thread.start()
+
+    def cancel(self, context: Any) -> None:
+        """Cancel the stage (Spark kills its tasks' workers, and with them the ranks) and
+        wait for the action to end, END_SECONDS at most."""
+        if not self.done.is_set():
+            context.cancelJobGroup(self.group)
+        if not self.done.wait(END_SECONDS):
+            log.warning("the Spark job %s did not end %g s after it was cancelled",
+                        self.group, END_SECONDS)
+
+
+def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None, num_proc: int | None = None,
+        start_timeout: float | None = None, use_mpi: bool | None = None,
+        use_gloo: bool | None = None, extra_mpi_args: str | None = None,
+        env: Mapping[str, str] | None = None, stdout: Any = None, stderr: Any = None,
+        verbose: int = 1, nics: Any = None, prefix_output_with_timestamp: bool = False,
+        executable: str | None = None) -> list[Any]:
+    """Run ``fn(*args, **kwargs)`` on ``num_proc`` ranks, one per task of a Spark barrier
+    stage of the active session (default: the session's default parallelism); the list
+    of its results, in rank order.
+
+    Ranks are numbered executor host by executor host (LOCAL_RANK counts a host's ranks;
+    the accelerator's device variable lists their devices: those Spark gave each task,
+    else local ranks). Each rank is a process started by its task with the executor's
+    environment, gcurun's rank variables and ``env`` (never the driver's environment),
+    run by ``executable`` (default: the executor's Python). ``fn`` joins the job with
+    ``hvd.init()`` (the tcp runtime, through the driver's rendezvous).
+
+    ``start_timeout`` (default 600 s, or HOROVOD_SPARK_START_TIMEOUT) bounds the start
+    of every rank: a barrier stage waits for ``num_proc`` free task slots at once.
+    ``use_gloo`` is the default; ``use_mpi``, ``extra_mpi_args``, ``nics``,
+    ``stdout``, ``stderr`` and ``prefix_output_with_timestamp`` are accepted for
+    Horovod's code (see docs/spark.md for what each does here).
+
+    Raises RankFunctionError (rank, host and traceback) when ``fn`` raised on a rank,
+    SparkStartTimeout when not every rank started in time, SparkJobFailed when the Spark
+    job ended (an executor lost, a rank's process killed, the job cancelled) before every
+    rank returned, SparkUsageError for arguments that make no job. In every case the
+    Spark job is over and no rank is left running when it returns or raises.
+    """
+    from pyspark import SparkContext
+
+    from gcurun.launch.remote.run_function import pack_call
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        raise SparkUsageError("gcurun.spark.run: no active Spark session; create one "
+                              "(SparkSession.builder.getOrCreate()) before running a job")
+    size = check_num_proc(num_proc, context.defaultParallelism)
+    timeout = check_timeout(start_timeout)
+    if use_mpi:
+        raise SparkUsageError("gcurun.spark.run(use_mpi=True): mpirun jobs on Spark are not "
+                              "built yet; leave use_mpi out (ranks use gcurun's tcp runtime)")
+    try:
+        payload = pack_call(functools.partial(fn, *args, **dict(kwargs or {})))
+    except Exception as exc:
+        raise SparkUsageError(f"gcurun.spark.run: the function or its arguments cannot be "
+                              f"pickled ({type(exc).__name__}: {exc}); pass picklable "
+                              "values") from None
+    host = driver_address(context)
+    if verbose:
+        sys.stderr.write(f"gcurun.spark.run: {size} ranks in a barrier stage; driver "
+                         f"services on {host}\n")
+    return _run(context, payload, size, host, timeout, env, executable)
+
+
+def check_num_proc(num_proc: int | None, default: int) -> int:
+    if num_proc is None:
+        return max(1, int(default))
+    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
+        raise SparkUsageError(f"gcurun.spark.run(num_proc={num_proc!r}): num_proc must be "
+                              "a whole number of at least 1 (one rank per Spark task)")
+    return num_proc
+
+
+def check_timeout(start_timeout: float | None) -> float:
+    if start_timeout is None:
+        shown = os.environ.get(START_TIMEOUT_VARIABLE)
+        if not shown:
+            return DEFAULT_START_TIMEOUT
+        try:
+            start_timeout = float(shown)
+        except ValueError:
+            raise SparkUsageError(f"{START_TIMEOUT_VARIABLE}={shown!r}: give seconds above "
+                                  "0") from None
+    if not start_timeout > 0:
+        raise SparkUsageError(f"gcurun.spark.run(start_timeout={start_timeout!r}): give "
+                              "seconds above 0")
+    return float(start_timeout)
+
+
+def driver_address(context: Any) -> str:
+    """The address executors reach this driver at (``spark.driver.host``, resolved)."""
+    name = context.getConf().get("spark.driver.host") or socket.gethostname()
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        return str(name)
+
+
+def device_settings() -> tuple[str | None, tuple[str, ...]]:
+    """The accelerator's device variable (gcurun's settings: GCURUN_ACCELERATOR, the
+    profile) and the Spark resources that name a task's devices."""
+    from gcurun.config.api import DEVICE_VARIABLES
+    from gcurun.config.resolve import load_settings
+
+    accelerator = load_settings({}, None, os.environ).accelerator
+    return DEVICE_VARIABLES.get(accelerator), ("gpu", accelerator)
+
+
+def _run(context: Any, payload: bytes, size: int, host: str, timeout: float,
+         env: Mapping[str, str] | None, executable: str | None) -> list[Any]:
+    from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE, SECRET_VARIABLE
+    from gcurun.rendezvous.server import RendezvousServer, new_secret
+    from gcurun.rendezvous.wire import show_address
+
+    secret = new_secret()
+    service = FunctionService(payload, size, secret, host)
+    rendezvous: RendezvousServer | None = None
+    job: SparkJob | None = None
+    try:
+        service.start()
+        shared = {TIMEOUT_VARIABLE: f"{timeout:g}",
+                  **{str(k): str(v) for k, v in dict(env or {}).items()}}
+        joins: dict[str, str] = {}
+        if size > 1:
+            rendezvous = RendezvousServer(host, 0, secret=secret, size=size)
+            rendezvous.start()
+            joins = {RENDEZVOUS_VARIABLE: show_address(rendezvous.address),
+                     SECRET_VARIABLE: secret.hex()}
+        device_var, resources = device_settings()
+        job = SparkJob(size, functools.partial(run_task, TaskJob(
+            service=show_address((host, service.port)), secret=secret.hex(), shared=shared,
+            secrets=joins, device_var=device_var, resources=resources,
+            executable=executable)))
+        job.start(context)
+        return _wait(service, job, context, size, timeout)
+    finally:
+        if job is not None:
+            job.cancel(context)
+        service.close()
+        if rendezvous is not None:
+            rendezvous.close()
+
+
+def _wait(service: FunctionService, job: SparkJob, context: Any, size: int,
+          timeout: float) -> list[Any]:
+    """The results, in rank order, once every rank returned; else the job's error."""
+    deadline = time.monotonic() + timeout
+
+    def settled(s: FunctionService) -> bool:
+        return (len(s.outcomes) == size or any(not o.ok for o in s.outcomes.values())
+                or bool(s.dropped) or job.done.is_set()
+                or (len(s.started) < size and time.monotonic() >= deadline))
+
+    while not service.wait_until(settled, POLL_SECONDS):
+        pass
+    outcomes = dict(service.outcomes)
+    failed = [(rank, o) for rank, o in outcomes.items() if not o.ok]
+    if failed:
+        raise function_error(failed, service.hosts)
+    if len(outcomes) == size:
+        job.done.wait(END_SECONDS)
+        return [pickle.loads(outcomes[rank].data) for rank in range(size)]
+    if len(service.started) < size and not job.done.is_set() and not service.dropped:
+        raise SparkStartTimeout(
+            f"gcurun.spark.run: {len(service.started)} of {size} ranks started within "
+            f"start_timeout={timeout:g} s; a barrier stage needs {size} free task slots at "
+            f"once (the session's default parallelism is {context.defaultParallelism}): "
+            "give fewer ranks (num_proc), more executors or cores, or a longer "
+            "start_timeout")
+    raise lost_error(service, job, size)
+
+
+def function_error(failed: list[tuple[int, Outcome]], hosts: Mapping[int, str]) \
+        -> RankFunctionError:
+    """The root cause among the ranks whose function raised (in the order their errors
+    arrived): the first that is not a rank learning that another failed."""
+    reports = [(rank, pickle.loads(o.data)) for rank, o in failed]
+    rank, report = next(((r, rep) for r, rep in reports if rep["type"] not in CONSEQUENCES),
+                        reports[0])
+    error = RankFunctionError(RankFailure(rank, hosts.get(rank, "?"), exit_code=1),
+                              report["type"], report["message"], report["traceback"])
+    if "exception" in report:
+        error.__cause__ = pickle.loads(report["exception"])
+    return error
+
+
+def lost_error(service: FunctionService, job: SparkJob, size: int) -> SparkJobFailed:
+    """Why the job ended without every rank's result."""
+    missing = [r for r in range(size) if r not in service.outcomes]
+    lost = sorted(service.dropped)
+    if lost:
+        where = ", ".join(f"rank {r} on {service.hosts.get(r, '?')}" for r in lost)
+        return SparkJobFailed(f"gcurun.spark.run: {where} ended without returning a result "
+                              "(its process or its executor was lost); the job was "
+                              "cancelled")
+    if job.error is not None:
+        first = str(job.error).strip().splitlines()[:3]
+        return SparkJobFailed(f"gcurun.spark.run: the Spark job ended before ranks {missing} "
+                              f"returned: {type(job.error).__name__}: {' '.join(first)}")
+    return SparkJobFailed(f"gcurun.spark.run: the Spark job ended before ranks {missing} "
+                          "returned a result (did the function end its process?)")
