@@ -114,7 +114,7 @@ class ModelBase(Model, ModelParams):
         outputs = list(self.getOutputCols())
         shapes = self._output_shapes()
         fields, integral = [], []
-        for name, label, shape in zip(outputs, labels, shapes):
+        for name, label, shape in zip(outputs, labels, shapes, strict=False):
             info = metadata[label]
             scalar = _numel(shape) == 1
             integral.append(scalar and info.is_integral)
@@ -159,10 +159,12 @@ def _prediction_udf(factory: Any, features: list[str], outputs: list[str],
 
         predict_fn = factory()
         for batch in batches:
+            if isinstance(batch, pd.Series):    # one feature column: no tuple
+                batch = (batch,)
             arrays = [_column_array(series) for series in batch]
             predictions = predict_fn(arrays)
             frame = {}
-            for name, values, is_int in zip(outputs, predictions, integral):
+            for name, values, is_int in zip(outputs, predictions, integral, strict=False):
                 values = np.asarray(values, dtype=np.float64).reshape(len(batch[0]), -1)
                 if values.shape[1] == 1:
                     column = values[:, 0]
@@ -173,7 +175,8 @@ def _prediction_udf(factory: Any, features: list[str], outputs: list[str],
 
     # Real types, not this module's postponed strings: Spark reads the kind of UDF
     # (an iterator of batches) from them.
-    predict.__annotations__ = {"batches": Iterator[tuple[pd.Series, ...]],
+    batch_type: Any = pd.Series if len(features) == 1 else tuple[pd.Series, ...]
+    predict.__annotations__ = {"batches": Iterator[batch_type],
                                "return": Iterator[pd.DataFrame]}
     return pandas_udf(predict, returnType=schema)  # type: ignore[call-overload]
 

@@ -3,7 +3,7 @@ defaults and ``get``/``set`` methods."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark import keyword_only
 from pyspark.ml.param.shared import HasOutputCols, Param, Params, TypeConverters
@@ -34,6 +34,12 @@ def _accessors(cls: type, names: dict[str, str]) -> None:
 
 class EstimatorParams(Params):
     """What every Estimator takes (Horovod's ``EstimatorParams``)."""
+
+    if TYPE_CHECKING:   # the get/set methods _accessors adds, and keyword_only's record
+        _input_kwargs: dict[str, Any]
+
+        def __getattr__(self, name: str) -> Any: ...
+
 
     num_proc = _param("num_proc", "number of processes")
     model = _param("model", "model")
@@ -112,6 +118,12 @@ _accessors(EstimatorParams, {
 class ModelParams(HasOutputCols):
     """What every trained Model holds (Horovod's ``ModelParams``), and the SHA-256 of
     the weights each rank ended with, in rank order."""
+
+    if TYPE_CHECKING:   # the get/set methods _accessors adds, and keyword_only's record
+        _input_kwargs: dict[str, Any]
+
+        def __getattr__(self, name: str) -> Any: ...
+
 
     history = _param("history", "metrics by epoch")
     model = _param("model", "model")

@@ -31,8 +31,8 @@ class KerasEstimator(EstimatorBase):
     run has a checkpoint in the store, training resumes after its last finished epoch."""
 
     run_prefix = "keras"
-    custom_objects = Param(Params._dummy(), "custom_objects", "custom objects")
-    backend_env = Param(Params._dummy(), "backend_env", "environment of the ranks")
+    custom_objects: Param[Any] = Param(Params._dummy(), "custom_objects", "custom objects")
+    backend_env: Param[Any] = Param(Params._dummy(), "backend_env", "environment of the ranks")
 
     @keyword_only
     def __init__(self, num_proc: int | None = None, model: Any = None,
@@ -114,7 +114,7 @@ class KerasModel(ModelBase):
     the model, ``getHistory()`` the metrics by epoch, ``getRankDigests()`` the SHA-256
     of the weights each rank ended training with."""
 
-    custom_objects = Param(Params._dummy(), "custom_objects", "custom objects")
+    custom_objects: Param[Any] = Param(Params._dummy(), "custom_objects", "custom objects")
 
     @keyword_only
     def __init__(self, history: Any = None, model: Any = None, feature_columns: Any = None,
@@ -143,7 +143,7 @@ class KerasModel(ModelBase):
             model = remote.load_model_bytes(keras, data, custom_objects)
 
             def predict(arrays: list[Any]) -> list[Any]:
-                inputs = [a.reshape(s) for a, s in zip(arrays, shapes)]
+                inputs = [a.reshape(s) for a, s in zip(arrays, shapes, strict=False)]
                 outputs = model.predict_on_batch(inputs if len(inputs) > 1 else inputs[0])
                 if not isinstance(outputs, (list, tuple)):
                     outputs = [outputs]

@@ -127,7 +127,7 @@ def _restore(model: Any, arrays: list[Any]) -> None:
     count = len(model.get_weights())
     model.set_weights(arrays[:count])
     model.optimizer.build(model.trainable_variables)
-    for variable, value in zip(model.optimizer.variables, arrays[count:]):
+    for variable, value in zip(model.optimizer.variables, arrays[count:], strict=False):
         variable.assign(value)
 
 
@@ -150,7 +150,7 @@ def _features(spec: TrainSpec, data: dict[str, Any], shapes: list[list[int]]) ->
     import numpy as np
 
     arrays = [np.array(data[c], dtype=np.float32).reshape(shape)
-              for c, shape in zip(spec.feature_cols, shapes)]
+              for c, shape in zip(spec.feature_cols, shapes, strict=False)]
     return tuple(arrays) if len(arrays) > 1 else arrays[0]
 
 

@@ -27,9 +27,9 @@ class TorchEstimator(EstimatorBase):
     finished epoch."""
 
     run_prefix = "pytorch"
-    input_shapes = Param(Params._dummy(), "input_shapes", "input shapes")
-    loss_constructors = Param(Params._dummy(), "loss_constructors", "loss constructors")
-    train_minibatch_fn = Param(Params._dummy(), "train_minibatch_fn", "minibatch function")
+    input_shapes: Param[Any] = Param(Params._dummy(), "input_shapes", "input shapes")
+    loss_constructors: Param[Any] = Param(Params._dummy(), "loss_constructors", "loss constructors")
+    train_minibatch_fn: Param[Any] = Param(Params._dummy(), "train_minibatch_fn", "minibatch function")
 
     @keyword_only
     def __init__(self, num_proc: int | None = None, model: Any = None,
@@ -140,9 +140,9 @@ class TorchModel(ModelBase):
     the module, ``getHistory()`` the metrics by epoch, ``getRankDigests()`` the SHA-256
     of the weights each rank ended training with."""
 
-    optimizer = Param(Params._dummy(), "optimizer", "optimizer")
-    input_shapes = Param(Params._dummy(), "input_shapes", "input shapes")
-    loss = Param(Params._dummy(), "loss", "loss")
+    optimizer: Param[Any] = Param(Params._dummy(), "optimizer", "optimizer")
+    input_shapes: Param[Any] = Param(Params._dummy(), "input_shapes", "input shapes")
+    loss: Param[Any] = Param(Params._dummy(), "loss", "loss")
 
     @keyword_only
     def __init__(self, history: Any = None, model: Any = None, feature_columns: Any = None,
@@ -170,7 +170,7 @@ class TorchModel(ModelBase):
         metadata = self._get_metadata()
         shapes = self.getInputShapes() or [None] * len(self.getFeatureColumns())
         inputs = []
-        for name, shape in zip(self.getFeatureColumns(), shapes):
+        for name, shape in zip(self.getFeatureColumns(), shapes, strict=False):
             value = torch.zeros(rows * metadata[name].size)
             inputs.append(value.reshape(shape) if shape else value.reshape(rows, -1))
         return inputs

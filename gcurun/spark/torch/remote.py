@@ -141,7 +141,7 @@ def _run_batches(spec: TrainSpec, torch_spec: TorchSpec, model: Any, optimizer: 
         outputs, labels = _transform_outputs(outputs, labels, torch_spec)
         sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * rows
         for fn in torch_spec.metrics:
-            for label, output, target in zip(spec.label_cols, outputs, labels):
+            for label, output, target in zip(spec.label_cols, outputs, labels, strict=False):
                 name = training.metric_name(fn, label, spec.label_cols)
                 sums[name] = sums.get(name, 0.0) + float(fn(output.detach(), target)) * rows
         sums["__rows"] += rows
@@ -170,7 +170,7 @@ def _tensor(values: Any, integral: bool) -> Any:
 def _inputs(spec: TrainSpec, torch_spec: TorchSpec, batch: dict[str, Any]) -> list[Any]:
     shapes = torch_spec.input_shapes or [None] * len(spec.feature_cols)
     inputs = []
-    for name, shape in zip(spec.feature_cols, shapes):
+    for name, shape in zip(spec.feature_cols, shapes, strict=False):
         value = _tensor(batch[name], False)
         inputs.append(value.reshape(shape) if shape else value.reshape(len(value), -1))
     return inputs
@@ -182,11 +182,12 @@ def _transform_outputs(outputs: Any, labels: list[Any], torch_spec: TorchSpec) -
     if not isinstance(outputs, (list, tuple)):
         outputs = [outputs]
     if torch_spec.label_shapes:
-        labels = [label.reshape(shape) for label, shape in zip(labels, torch_spec.label_shapes)]
+        labels = [label.reshape(shape) for label, shape
+                  in zip(labels, torch_spec.label_shapes, strict=False)]
     else:
         labels = [label.reshape(out.shape).to(out.dtype)
                   if out.shape.numel() == label.shape.numel() else label
-                  for out, label in zip(outputs, labels)]
+                  for out, label in zip(outputs, labels, strict=False)]
     return list(outputs), labels
 
 
@@ -194,7 +195,7 @@ def _loss_fn(spec: TrainSpec, torch_spec: TorchSpec, weights: Any) -> Any:
     def loss(outputs: list[Any], labels: list[Any]) -> Any:
         total = None
         for fn, weight, output, label in zip(torch_spec.losses, torch_spec.loss_weights,
-                                             outputs, labels):
+                                             outputs, labels, strict=False):
             value = fn(output, label)
             if weights is not None and value.dim() > 0:
                 value = (value.reshape(len(weights), -1).mean(dim=1) * weights).mean()
