@@ -4,12 +4,14 @@
 #           slurm-wlm and munge (a Slurm on the namespace hosts), libpmix-dev (srun --mpi=pmix)
 #   python: gcurun with its dev and tensorflow extras (pytest, pytest-timeout, ruff, mypy;
 #           tensorflow-cpu, with Keras 3; tf-keras, Keras 2), torch 2.13.0 (CPU), paddlepaddle 3.3.1 (CPU) and
-#           jax 0.10.2 (their distributed modes under gcurun), ray 2.60.0 (gcurun.ray)
+#           jax 0.10.2 (their distributed modes under gcurun), ray 2.60.0 (gcurun.ray),
+#           pyspark 4.3.0 (gcurun.spark; Spark's JVMs need openjdk-17-jre-headless)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     missing=""
-    for tool in sshd:openssh-server ip:iproute2 numactl:numactl slurmd:slurm-wlm munged:munge; do
+    for tool in sshd:openssh-server ip:iproute2 numactl:numactl slurmd:slurm-wlm munged:munge \
+            java:openjdk-17-jre-headless; do
         command -v "${tool%%:*}" >/dev/null || [ -x "/usr/sbin/${tool%%:*}" ] \
             || missing="$missing ${tool#*:}"
     done
@@ -35,7 +37,10 @@ python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q paddlepaddle==3.3.1 jax==0.10.2
 # Ray for gcurun.ray's tests on a local Ray (tests/ray).
 python3 -m pip install -q ray==2.60.0
-python3 -c "import paddle, jax, ray"
+# Spark for gcurun.spark's tests (tests/spark: a local-cluster session; tests/cluster: a
+# standalone cluster on the namespace hosts).
+python3 -m pip install -q pyspark==4.3.0
+python3 -c "import paddle, jax, ray, pyspark"
 ruff check .
 mypy
 python3 -m pytest -q "$@"

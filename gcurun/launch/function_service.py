@@ -136,8 +136,9 @@ class FunctionService:
         try:
             rank = self._greet(conn)
             if rank is not None:
-                # As long as the function runs: the job's end closes the connection. (The
-                # handshake's deadline is still the socket's timeout: clear it.)
+                # As long as the function runs: the job's end closes the connection.
+                # (The greeting's sends left a timeout of what remained of its deadline
+                # on the socket: a function running longer would be taken for lost.)
                 conn.settimeout(None)
                 header, data = rank_side.recv_blob(conn, None)
                 if header.get("op") == "result" and header.get("rank") == rank:

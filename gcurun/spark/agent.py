@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from gcurun.launch.remote import run_function as rank_side
@@ -33,6 +33,10 @@ MAGIC = b"GCUSA01\n"
 LABEL = b"gcurun-spark-agent"
 CONNECT_SECONDS = 30.0
 SEND_SECONDS = 30.0
+EXECUTOR_POLL_SECONDS = 0.2
+READ_SECONDS = 60.0
+# The kernel declares a connection to a vanished peer broken after this much silence.
+LIVENESS_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,39 @@ def executor_pid() -> int:
     return os.getppid()
 
 
+def read_frame(sock: socket.socket) -> dict:
+    """The next frame on a connection that another thread also sends on (each send
+    leaves its deadline's timeout on the socket): waits as long as the connection lives,
+    READ_SECONDS at a time. Raises WireError or OSError when it ends."""
+    while True:
+        try:
+            return wire.recv_frame(sock, time.monotonic() + READ_SECONDS)
+        except wire.WireTimeout:
+            continue
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def watch_executor(pid: int, gone: Callable[[], None], stop: threading.Event) -> None:
+    """Call ``gone()`` once the executor JVM ``pid`` has ended (until ``stop`` is set):
+    a worker must not outlive its executor, whose Python workers Spark may not have
+    stopped yet."""
+    def watch() -> None:
+        while not stop.wait(EXECUTOR_POLL_SECONDS):
+            if not alive(pid):
+                gone()
+                return
+
+    threading.Thread(target=watch, daemon=True, name="gcurun-executor-watch").start()
+
+
 def address_towards(host: str, port: int) -> str:
     """This host's address on the route to ``host`` (what the driver sees it as)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -86,7 +123,7 @@ def connect(job: AgentJob) -> socket.socket:
     except BaseException:
         sock.close()
         raise
-    sock.settimeout(None)
+    wire.set_liveness(sock, LIVENESS_SECONDS)
     return sock
 
 
@@ -110,7 +147,7 @@ class Agent:
         try:
             while True:
                 try:
-                    frame = wire.recv_frame(self.sock, None)
+                    frame = read_frame(self.sock)
                 except (OSError, wire.WireError):
                     return
                 if frame.get("op") == "start":
@@ -157,6 +194,11 @@ class Agent:
             process.wait()
 
 
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 def run_agent(job: AgentJob, _rows: Iterable[object]) -> Iterator[int]:
     """The body of each agent task: register, serve, report how many workers it ran."""
     from pyspark import TaskContext
@@ -165,11 +207,16 @@ def run_agent(job: AgentJob, _rows: Iterable[object]) -> Iterator[int]:
     assert context is not None, "run_agent runs in a Spark task"
     sock = connect(job)
     agent = Agent(job, sock)
+    executor, stop = executor_pid(), threading.Event()
+    # The executor's end ends the agent (its connection closed: serve() returns and
+    # stops the workers).
+    watch_executor(executor, lambda: _shut(sock), stop)
     try:
         agent.send({"op": "agent", "host": address_towards(*job.service),
-                    "executor": executor_pid(), "partition": context.partitionId(),
+                    "executor": executor, "partition": context.partitionId(),
                     "attempt": context.attemptNumber()})
         agent.serve()
     finally:
+        stop.set()
         sock.close()
     yield 0

@@ -32,7 +32,7 @@ from gcurun.launch.api import ExecutorErrorEvent, ExitEvent
 from gcurun.launch.elastic.records import Assignment
 from gcurun.launch.elastic.runner import ElasticRunner
 from gcurun.rendezvous import wire
-from gcurun.spark.agent import LABEL, MAGIC, AgentJob, run_agent
+from gcurun.spark.agent import LABEL, LIVENESS_SECONDS, MAGIC, AgentJob, read_frame, run_agent
 
 log = logging.getLogger("gcurun.spark")
 
@@ -144,13 +144,14 @@ class AgentService:
             if info is None:
                 return
             ident = info.ident
+            wire.set_liveness(conn, LIVENESS_SECONDS)
             while True:
-                frame = wire.recv_frame(conn, None)
+                frame = read_frame(conn)
                 if frame.get("op") == "exit":
                     self.on_exit(int(frame["worker"]), frame.get("code"),
                                  frame.get("signal"), str(frame.get("text") or ""))
-        except (OSError, wire.WireError, ValueError, KeyError):
-            pass
+        except (OSError, wire.WireError, ValueError, KeyError) as exc:
+            log.info("an agent's connection ended: %s", exc)
         finally:
             conn.close()
             if ident is not None:
@@ -210,9 +211,11 @@ class AgentGroup:
                 self._running[worker] = agent.ident
             if not self.service.send(agent.ident, {"op": "start", "worker": worker,
                                                    "env": env}):
+                log.warning("worker %d: the agent on %s is gone", worker, agent.slot_host)
                 events.put(ExecutorErrorEvent((worker,), f"executor {agent.slot_host}: "
                                               "its agent is gone"))
         for worker, _ in self.workers[len(self.agents):]:
+            log.warning("worker %d: no agent for its slot", worker)
             events.put(ExecutorErrorEvent((worker,), "no agent for this slot"))
 
     def terminate(self, grace_seconds: float) -> None:
@@ -243,6 +246,7 @@ class SparkElasticRunner(ElasticRunner):
         self.events.put(ExitEvent(worker, code, signum, text or None))
 
     def _on_lost(self, workers: tuple[int, ...], why: str) -> None:
+        log.warning("workers %s lost: %s", list(workers), why)
         self.events.put(ExecutorErrorEvent(workers, why))
 
     def _make_group(self, spec: HostSpec, assignments: Sequence[Assignment]) -> AgentGroup:
@@ -291,7 +295,9 @@ def run_elastic(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     ``fn`` calls ``hvd.init()`` and wraps its training in ``@hvd.elastic.run``; when an
     executor is lost, its workers fail and the others go back to the last commit.
     ``elastic_timeout`` bounds each wait for enough slots, ``reset_limit`` the number of
-    re-formations; ``start_timeout`` the start of the first ``num_proc`` agents.
+    re-formations; ``start_timeout`` the start of the first ``num_proc`` agents;
+    ``nics`` is as for :func:`gcurun.spark.run`; ``stdout``, ``stderr`` and
+    ``prefix_output_with_timestamp`` are accepted for Horovod's code and unused.
 
     Raises ElasticJobFailed when the job ends badly, SparkStartTimeout when the agents do
     not start in time, SparkUsageError for arguments that make no job. No worker or agent
@@ -313,6 +319,7 @@ def run_elastic(fn: Callable[..., Any], args: tuple[Any, ...] = (),
         check_num_proc,
         check_timeout,
         driver_address,
+        network_environment,
     )
 
     context = SparkContext._active_spark_context
@@ -345,7 +352,8 @@ def run_elastic(fn: Callable[..., Any], args: tuple[Any, ...] = (),
         agents.start()
         tasks = config.max_np or size
         job = SparkJob(tasks, functools.partial(run_agent, AgentJob(
-            agents.address, secret.hex(), {str(k): str(v) for k, v in dict(env or {}).items()},
+            agents.address, secret.hex(), {**network_environment(nics), **{
+                str(k): str(v) for k, v in dict(env or {}).items()}},
             executable=executable, grace=settings.grace_seconds)), barrier=False)
         job.start(context)
         deadline = time.monotonic() + timeout

@@ -104,9 +104,11 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
 
     ``start_timeout`` (default 600 s, or HOROVOD_SPARK_START_TIMEOUT) bounds the start
     of every rank: a barrier stage waits for ``num_proc`` free task slots at once.
-    ``use_gloo`` is the default; ``use_mpi``, ``extra_mpi_args``, ``nics``,
-    ``stdout``, ``stderr`` and ``prefix_output_with_timestamp`` are accepted for
-    Horovod's code (see docs/spark.md for what each does here).
+    ``nics`` (an interface name or CIDR) is the network the ranks' tcp runtime uses.
+    ``use_gloo`` is the default; ``use_mpi=True`` is refused (not built);
+    ``extra_mpi_args``, ``stdout``, ``stderr`` and ``prefix_output_with_timestamp`` are
+    accepted for Horovod's code and unused: a rank's output goes to its executor's log
+    (see docs/spark.md).
 
     Raises RankFunctionError (rank, host and traceback) when ``fn`` raised on a rank,
     SparkStartTimeout when not every rank started in time, SparkJobFailed when the Spark
@@ -137,7 +139,8 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     if verbose:
         sys.stderr.write(f"gcurun.spark.run: {size} ranks in a barrier stage; driver "
                          f"services on {host}\n")
-    return _run(context, payload, size, host, timeout, env, executable)
+    return _run(context, payload, size, host, timeout,
+                {**network_environment(nics), **dict(env or {})}, executable)
 
 
 def check_num_proc(num_proc: int | None, default: int) -> int:
@@ -147,6 +150,23 @@ def check_num_proc(num_proc: int | None, default: int) -> int:
         raise SparkUsageError(f"gcurun.spark.run(num_proc={num_proc!r}): num_proc must be "
                               "a whole number of at least 1 (one rank per Spark task)")
     return num_proc
+
+
+def network_environment(nics: Any) -> dict[str, str]:
+    """The variable that keeps the tcp runtime on the network ``nics`` names (an
+    interface name or a CIDR, or a set of one); none for None. Raises SparkUsageError
+    for several: gcurun's ranks use one network."""
+    if not nics:
+        return {}
+    from gcurun.launch.mpi.command import parse_network_interface
+    from gcurun.launch.prepare import NETWORK_INTERFACE_VARIABLE
+
+    given = [nics] if isinstance(nics, str) else sorted(str(n) for n in nics)
+    if len(given) != 1:
+        raise SparkUsageError(f"nics={nics!r}: gcurun's ranks use one network; give one "
+                              "interface name (eth0) or a CIDR (10.0.0.0/24)")
+    parse_network_interface(given[0])
+    return {NETWORK_INTERFACE_VARIABLE: given[0]}
 
 
 def check_timeout(start_timeout: float | None) -> float:

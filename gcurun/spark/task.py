@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ from gcurun.launch.remote import run_function as rank_side
 from gcurun.launch.remote.session_guard import death_signal_setter
 from gcurun.launch.remote.spawning import merged_environment
 from gcurun.spark._layout import TaskReport, host_of, task_environment
+from gcurun.spark.agent import executor_pid, watch_executor
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,14 @@ def run_task(job: TaskJob, _rows: Iterable[object]) -> Iterator[TaskResult]:
         [job.executable or sys.executable, "-m", rank_side.__name__], env=env,
         stdin=subprocess.DEVNULL, start_new_session=True,
         preexec_fn=death_signal_setter(signal.SIGKILL))
+    stop = threading.Event()
+    # A rank must not outlive its executor (Spark may not have stopped its Python
+    # workers yet when the executor is gone).
+    watch_executor(executor_pid(), process.kill, stop)
     try:
         returncode = process.wait()
     finally:
+        stop.set()
         if process.poll() is None:   # this task is being stopped: its rank goes first
             process.kill()
             process.wait()

@@ -76,9 +76,7 @@ def wire_deadline() -> float:
     return time.monotonic() + 5
 
 
-def test_an_outcome_sent_after_the_handshake_deadline_is_kept(monkeypatch):
-    # A function runs as long as it runs: the handshake's deadline must not linger on the
-    # connection (it did, and a rank training for longer than it lost its result).
+def test_a_function_running_past_the_handshake_deadline_still_reports(monkeypatch):
     import time
 
     from gcurun.launch import function_service
@@ -90,11 +88,11 @@ def test_an_outcome_sent_after_the_handshake_deadline_is_kept(monkeypatch):
         sock = rank_side.connect(address(service), b"k" * 32, timeout=5)
         wire.send_all(sock, wire.encode_frame({"op": "hello", "rank": 0}), wire_deadline())
         rank_side.recv_blob(sock, wire_deadline())
-        time.sleep(1.0)     # the function's run, longer than the handshake's deadline
+        time.sleep(1.5)      # the function runs longer than the greeting may take
         rank_side.send_blob(sock, {"op": "result", "rank": 0, "ok": True}, b"late",
                             wire_deadline())
-        sock.close()
         assert service.wait_for([0], 5)
-        assert service.outcomes == {0: Outcome(True, b"late")}
+        assert service.outcomes == {0: Outcome(True, b"late")} and not service.dropped
+        sock.close()
     finally:
         service.close()

@@ -75,11 +75,14 @@ def stop_session(session) -> list:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator:
+def spark(tmp_path_factory) -> Iterator:
     """The run's Spark session (``local-cluster[2,1,1024]``), both executors up."""
     _require_spark()
     from pyspark.sql import SparkSession
 
+    # The workers' directories (executor logs) go to the run's temporary directory,
+    # not into the pyspark package.
+    os.environ["SPARK_WORKER_DIR"] = str(tmp_path_factory.mktemp("spark-work"))
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
     session = spark_conf(SparkSession.builder).getOrCreate()

@@ -30,3 +30,23 @@ def test_without_spark_devices_local_ranks_are_the_devices():
     env = task_environment(["a", "a"], [TaskReport(), TaskReport()], 1, "TOPS_VISIBLE_DEVICES")
     assert (env["TOPS_VISIBLE_DEVICES"], env["GCURUN_DEVICE"]) == ("0,1", "1")
     assert "TOPS_VISIBLE_DEVICES" not in task_environment(["a"], [TaskReport()], 0, None)
+
+
+def test_nics_name_one_network_for_the_tcp_runtime():
+    import pytest
+
+    from gcurun.spark import SparkUsageError
+    from gcurun.spark.runner import check_num_proc, network_environment
+
+    assert network_environment({"eth1"}) == {"GCURUN_NETWORK_INTERFACE": "eth1"}
+    assert network_environment("10.0.0.0/24") == {"GCURUN_NETWORK_INTERFACE": "10.0.0.0/24"}
+    assert network_environment(None) == {}
+    with pytest.raises(SparkUsageError) as caught:
+        network_environment(["eth0", "eth1"])
+    assert str(caught.value) == ("nics=['eth0', 'eth1']: gcurun's ranks use one network; "
+                                 "give one interface name (eth0) or a CIDR (10.0.0.0/24)")
+    with pytest.raises(SparkUsageError) as caught:
+        check_num_proc(0, 2)
+    assert str(caught.value) == ("gcurun.spark.run(num_proc=0): num_proc must be a whole "
+                                 "number of at least 1 (one rank per Spark task)")
+    assert check_num_proc(None, 3) == 3
