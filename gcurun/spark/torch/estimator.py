@@ -29,7 +29,8 @@ class TorchEstimator(EstimatorBase):
     run_prefix = "pytorch"
     input_shapes: Param[Any] = Param(Params._dummy(), "input_shapes", "input shapes")
     loss_constructors: Param[Any] = Param(Params._dummy(), "loss_constructors", "loss constructors")
-    train_minibatch_fn: Param[Any] = Param(Params._dummy(), "train_minibatch_fn", "minibatch function")
+    train_minibatch_fn: Param[Any] = Param(Params._dummy(), "train_minibatch_fn",
+                                           "minibatch function")
 
     @keyword_only
     def __init__(self, num_proc: int | None = None, model: Any = None,
