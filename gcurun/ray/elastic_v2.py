@@ -16,6 +16,7 @@ from typing import Any
 
 from gcurun.launch.elastic.config import COOLDOWN_LOWER_LIMIT, COOLDOWN_UPPER_LIMIT, ElasticConfig
 from gcurun.launch.elastic.runner import ElasticJobFailed
+from gcurun.ray._calls import _Call, check_extra_env
 from gcurun.ray._elastic import ElasticJob, RayElasticRunner, discovery_function, rank_ordered
 from gcurun.ray.api import RayElasticJobFailed, RayUsageError
 from gcurun.ray.discovery import HostDiscovery
@@ -172,8 +173,6 @@ class ElasticAdapter:
               executable_kwargs: Mapping[str, Any] | None = None,
               extra_env_vars: Mapping[str, Any] | None = None) -> None:
         """Remember what every worker gets; the workers start with each :meth:`run`."""
-        from gcurun.ray.runner import check_extra_env
-
         self.env = check_extra_env(extra_env_vars or {}, None)
         self.executable = (executable_cls, tuple(executable_args or ()),
                            dict(executable_kwargs or {}))
@@ -182,8 +181,6 @@ class ElasticAdapter:
     def run(self, fn: Callable[..., Any], args: Sequence[Any] | None = None,
             kwargs: Mapping[str, Any] | None = None,
             callbacks: Sequence[Callable[[Any], None]] | None = None) -> list[Any]:
-        from gcurun.ray.runner import _Call
-
         return self._run(_Call(fn, args, kwargs), callbacks)
 
     def execute(self, fn: Callable[[Any], Any],

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from gcurun.errors import CollectiveError
+from gcurun.ray._calls import _Call, check_extra_env
 from gcurun.ray._layout import WorkerSite, horovod_facts, rank_order, rank_places
 from gcurun.ray._layout import worker_environments as _worker_environments
 from gcurun.ray._rendezvous import JobRendezvous, rendezvous_host
@@ -335,17 +336,6 @@ class RayExecutor:
         return getattr(self.adapter, method)(**kwargs)
 
 
-class _Call:
-    """``fn(*args, **kwargs)`` ignoring the executable (``run``), picklable by value."""
-
-    def __init__(self, fn: Callable[..., Any], args: Sequence[Any] | None,
-                 kwargs: Mapping[str, Any] | None) -> None:
-        self.fn, self.args, self.kwargs = fn, tuple(args or ()), dict(kwargs or {})
-
-    def __call__(self, _executable: Any) -> Any:
-        return self.fn(*self.args, **self.kwargs)
-
-
 class StaticAdapter:
     """The driver of a fixed-size job (in the caller's process, or in an actor when the
     caller is a Ray client). See :class:`RayExecutor`."""
@@ -534,18 +524,3 @@ def _consequence(error: BaseException) -> bool:
     """Whether ``error`` is a rank learning that another rank failed (not a cause)."""
     cause = getattr(error, "cause", None)
     return isinstance(error, CollectiveError) or isinstance(cause, CollectiveError)
-
-
-def check_extra_env(extra: Mapping[str, Any], device_var: str | None) -> dict[str, str]:
-    """``extra_env_vars`` as strings. Raises RayUsageError for a variable gcurun sets
-    for each rank (its rank, device or rendezvous): the job would be inconsistent."""
-    from gcurun.launch.planning.plan import planned_variable
-    from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE, SECRET_VARIABLE
-
-    for name in extra:
-        if name in (RENDEZVOUS_VARIABLE, SECRET_VARIABLE) or \
-                planned_variable(str(name), device_var) is not None:
-            raise RayUsageError(f"extra_env_vars={{{name!r}: {extra[name]!r}, ...}}: gcurun "
-                                f"sets {name} for each rank from where Ray placed it; leave "
-                                f"{name} out")
-    return {str(k): str(v) for k, v in extra.items()}

@@ -56,11 +56,16 @@ def stop_session(session) -> list:
     import psutil
     from pyspark import SparkContext
 
-    started = psutil.Process().children(recursive=True)
-    session.stop()
+    # Spark's processes: its JVM and what that started (executors, their Python workers,
+    # the ranks); not this process's other children (a Ray cluster of the same run).
     gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None) if gateway is not None else None
+    started = []
+    if process is not None:
+        jvm = psutil.Process(process.pid)
+        started = [jvm, *jvm.children(recursive=True)]
+    session.stop()
     if gateway is not None:
-        process = getattr(gateway, "proc", None)
         gateway.shutdown()
         if process is not None:
             process.stdin.close()      # the JVM exits when its stdin closes
