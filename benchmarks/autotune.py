@@ -265,6 +265,19 @@ def rank_main(argv: list[str]) -> int:
         if rank0:
             print(f"autotune-bench: {model}: {message}", file=sys.stderr, flush=True)
 
+    def take_turns(variants: dict[str, dict[str, Any]]) -> None:
+        """``rounds`` rounds of ``steps`` timed steps of each variant, in a shuffled order."""
+        result["settings"] = {name: describe(p) for name, p in variants.items()}
+        result["times"] = {name: [] for name in variants}
+        for round_ in range(rounds):
+            order = list(variants)
+            random.Random(round_).shuffle(order)
+            for name in order:
+                settle(variants[name])
+                result["times"][name].append(work.timed(steps))
+            say(f"round {round_ + 1} of {rounds}: " + ", ".join(
+                f"{n} {result['times'][n][-1] * 1e3:.1f} ms" for n in variants))
+
     def settle(point: dict[str, Any]) -> None:
         if rank0:
             engine.request_knobs(point)
@@ -285,16 +298,7 @@ def rank_main(argv: list[str]) -> int:
                     f"{screened[-1] * 1e3:.1f} ms/step")
         best = points[min(range(len(points)), key=screened.__getitem__)]
         variants = {"defaults": defaults, "grid best": best}
-        result["settings"] = {name: describe(p) for name, p in variants.items()}
-        result["times"] = {name: [] for name in variants}
-        for round_ in range(rounds):
-            order = list(variants)
-            random.Random(round_).shuffle(order)
-            for name in order:
-                settle(variants[name])
-                result["times"][name].append(work.timed(steps))
-            say(f"round {round_ + 1} of {rounds}: " + ", ".join(
-                f"{n} {result['times'][n][-1] * 1e3:.1f} ms" for n in variants))
+        take_turns(variants)
     else:
         import numpy as np
 
@@ -317,16 +321,7 @@ def rank_main(argv: list[str]) -> int:
         # (every rank holds the same history; the last entry is what it settled on)
         chosen = engine.knob_history[-1][2] if engine.knob_history else defaults
         variants = {"defaults (autotune job)": defaults, "autotune": chosen}
-        result["settings"] = {name: describe(p) for name, p in variants.items()}
-        result["times"] = {name: [] for name in variants}
-        for round_ in range(rounds):
-            order = list(variants)
-            random.Random(round_).shuffle(order)
-            for name in order:
-                settle(variants[name])
-                result["times"][name].append(work.timed(steps))
-            say(f"round {round_ + 1} of {rounds}: " + ", ".join(
-                f"{n} {result['times'][n][-1] * 1e3:.1f} ms" for n in variants))
+        take_turns(variants)
     hvd.shutdown()
     if rank0:
         out.write_text(json.dumps(result))

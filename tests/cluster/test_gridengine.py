@@ -6,7 +6,6 @@ daemons takes about ten seconds, a job a few more."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import gridengine
-from tests.cluster.gridengine import GridEngine
+from tests.cluster.gridengine import GridEngine, _alive
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 RANKS = ROOT / "tests" / "ranks"
@@ -91,14 +90,3 @@ def test_qdel_stops_every_rank(engine, tmp_path):
               lambda: not any(_alive(pid) for pid in pids), seconds=120)
     assert engine.wait_gone(job, 60)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
