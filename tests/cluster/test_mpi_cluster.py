@@ -103,8 +103,9 @@ def test_ctrl_c_stops_ranks_on_every_host(netns_cluster, tmp_path):
         stderr=subprocess.PIPE, text=True)
     try:
         wait_for("four ranks on two hosts", lambda: len(
-            [p for p in with_token(token) if "rank_report.py" in " ".join(p.cmdline())
-             and "mpi_shim" not in " ".join(p.cmdline())]) >= 4)
+            # (the command lines read by the scan: a process may end meanwhile)
+            [p for p in with_token(token) if "rank_report.py" in " ".join(p.info["cmdline"])
+             and "mpi_shim" not in " ".join(p.info["cmdline"])]) >= 4)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
