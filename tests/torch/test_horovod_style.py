@@ -24,8 +24,9 @@ SCRIPT = Path(__file__).resolve().parent / "ranks" / "horovod_style.py"
 
 @pytest.mark.parametrize(("backend", "size"), [
     pytest.param("tcp", 2, id="tcp-2"),
-    pytest.param("tcp", 3, id="tcp-3"),
-    pytest.param("mpi", 2, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi]),
+    # Three ranks (test_conformance.py by default) and mpi (test_jobs.py) in -m long.
+    pytest.param("tcp", 3, id="tcp-3", marks=pytest.mark.long),
+    pytest.param("mpi", 2, id="mpi-2", marks=[pytest.mark.mpi, needs_mpi, pytest.mark.long]),
 ])
 def test_horovod_style_checks_in_one_job(backend: str, size: int, tmp_path: Path) -> None:
     job = run_job(backend, size, str(SCRIPT), str(tmp_path), timeout=240)

@@ -38,7 +38,13 @@ def test_every_collective_on_tensors(backend: str, size: int) -> None:
     _all_ok(job, size)
 
 
-@pytest.mark.parametrize(("backend", "size"), JOBS)
+# Training on mpi is the same rank code as on tcp; the mpi transport is in the collectives'
+# test by default, and training on it in -m long.
+TRAINING = [*JOBS[:2], pytest.param("mpi", 2, id="mpi-2",
+                                    marks=[pytest.mark.mpi, needs_mpi, pytest.mark.long])]
+
+
+@pytest.mark.parametrize(("backend", "size"), TRAINING)
 def test_training_matches_one_rank_on_the_full_batch(backend: str, size: int) -> None:
     job = run_job(backend, size, str(RANKS / "train.py"), timeout=180)
     _all_ok(job, size)
