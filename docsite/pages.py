@@ -17,7 +17,8 @@ RUNNABLE_MARK = "<!-- runnable -->"
 # Pages the Chinese site must have (the rest may show in English there).
 TRANSLATED = ("index", "getting-started", "launching", "profiles", "ssh", "mpi-options",
               "schedulers", "torch", "horovod-gcu-recipes", "troubleshooting",
-              "migrating-from-horovodrun", "cli")
+              "migrating-from-horovodrun", "cli", "slurm", "mpi-and-binding", "clusters",
+              "tensorflow")
 
 
 def english_pages() -> list[str]:
