@@ -18,7 +18,7 @@ RUNNABLE_MARK = "<!-- runnable -->"
 TRANSLATED = ("index", "getting-started", "launching", "profiles", "ssh", "mpi-options",
               "schedulers", "torch", "horovod-gcu-recipes", "troubleshooting",
               "migrating-from-horovodrun", "cli", "slurm", "mpi-and-binding", "clusters",
-              "tensorflow")
+              "tensorflow", "elastic", "runtime", "configuration")
 
 
 def english_pages() -> list[str]:
