@@ -18,7 +18,8 @@ RUNNABLE_MARK = "<!-- runnable -->"
 TRANSLATED = ("index", "getting-started", "launching", "profiles", "ssh", "mpi-options",
               "schedulers", "torch", "horovod-gcu-recipes", "troubleshooting",
               "migrating-from-horovodrun", "cli", "slurm", "mpi-and-binding", "clusters",
-              "tensorflow", "elastic", "runtime", "configuration")
+              "tensorflow", "elastic", "runtime", "configuration", "autotune",
+              "frameworks", "library", "ray", "spark")
 
 
 def english_pages() -> list[str]:
