@@ -19,7 +19,7 @@ TRANSLATED = ("index", "getting-started", "launching", "profiles", "ssh", "mpi-o
               "schedulers", "torch", "horovod-gcu-recipes", "troubleshooting",
               "migrating-from-horovodrun", "cli", "slurm", "mpi-and-binding", "clusters",
               "tensorflow", "elastic", "runtime", "configuration", "autotune",
-              "frameworks", "library", "ray", "spark", "scaling")
+              "frameworks", "library", "ray", "spark", "scaling", "benchmarks")
 
 
 def english_pages() -> list[str]:
