@@ -19,7 +19,8 @@ TRANSLATED = ("index", "getting-started", "launching", "profiles", "ssh", "mpi-o
               "schedulers", "torch", "horovod-gcu-recipes", "troubleshooting",
               "migrating-from-horovodrun", "cli", "slurm", "mpi-and-binding", "clusters",
               "tensorflow", "elastic", "runtime", "configuration", "autotune",
-              "frameworks", "library", "ray", "spark", "scaling", "benchmarks")
+              "frameworks", "library", "ray", "spark", "scaling", "benchmarks",
+              "horovod-alias")
 
 
 def english_pages() -> list[str]:
