@@ -17,7 +17,10 @@ RUNNABLE_MARK = "<!-- runnable -->"
 # Pages the Chinese site must have (the rest may show in English there).
 TRANSLATED = ("index", "getting-started", "launching", "profiles", "ssh", "mpi-options",
               "schedulers", "torch", "horovod-gcu-recipes", "troubleshooting",
-              "migrating-from-horovodrun", "cli")
+              "migrating-from-horovodrun", "cli", "slurm", "mpi-and-binding", "clusters",
+              "tensorflow", "elastic", "runtime", "configuration", "autotune",
+              "frameworks", "library", "ray", "spark", "scaling", "benchmarks",
+              "horovod-alias")
 
 
 def english_pages() -> list[str]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from docsite.pages import ROOT, english_pages, nav_pages
+import pytest
+
+from docsite.pages import ROOT, TRANSLATED, english_pages, nav_pages
 
 
 def test_build_is_strict_and_has_both_languages(built_site: Path) -> None:
@@ -33,6 +35,20 @@ def test_pages_without_a_translation_say_so_on_the_chinese_site(built_site: Path
     assert "本页尚未翻译" in (built_site / "zh/engine/index.html").read_text()
     assert "本页尚未翻译" not in (built_site / "zh/launching/index.html").read_text()
     assert "本页尚未翻译" not in (built_site / "engine/index.html").read_text()
+
+
+@pytest.mark.parametrize("page", [p for p in TRANSLATED if p != "index"])
+def test_translated_pages_are_rendered_in_chinese(built_site: Path, page: str) -> None:
+    html = (built_site / "zh" / page / "index.html").read_text()
+    assert '<html lang="zh"' in html
+    assert "本页尚未翻译" not in html, f"zh/{page}/ shows the English page"
+    title = re.search(r"<h1[^>]*>(.*?)</h1>", html, re.S)
+    assert title and re.search(r"[\u4e00-\u9fff]", title.group(1)), \
+        f"zh/{page}/'s title is not Chinese: {title and title.group(1)!r}"
+
+
+def test_the_scale_model_plot_is_on_the_chinese_performance_page(built_site: Path) -> None:
+    assert 'src="../../scaling.png"' in (built_site / "zh/scaling/index.html").read_text()
 
 
 def test_the_readmes_link_to_files_that_exist() -> None:
