@@ -25,6 +25,8 @@ from typing import Any
 
 from gcurun.errors import RankFailure, RankFunctionError
 from gcurun.launch.function_service import FunctionService, Outcome
+from gcurun.launch.supervision.output import OutputSink
+from gcurun.spark._output import OutputService
 from gcurun.spark.api import SparkJobFailed, SparkStartTimeout, SparkUsageError
 from gcurun.spark.task import TaskJob, TaskResult, run_task
 
@@ -37,6 +39,8 @@ TIMEOUT_VARIABLE = "GCURUN_TIMEOUT_SECONDS"
 POLL_SECONDS = 0.5
 # How long the Spark job may take to end once every rank returned, or once cancelled.
 END_SECONDS = 60.0
+# How long the driver waits for a cancelled job's last output.
+OUTPUT_SECONDS = 5.0
 # Errors a rank raises because another rank failed: never the root cause.
 CONSEQUENCES = frozenset({"CollectiveError", "PeerFailureError", "CollectiveTimeout"})
 
@@ -106,9 +110,11 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     of every rank: a barrier stage waits for ``num_proc`` free task slots at once.
     ``nics`` (an interface name or CIDR) is the network the ranks' tcp runtime uses.
     ``use_gloo`` is the default; ``use_mpi=True`` is refused (not built);
-    ``extra_mpi_args``, ``stdout``, ``stderr`` and ``prefix_output_with_timestamp`` are
-    accepted for Horovod's code and unused: a rank's output goes to its executor's log
-    (see docs/spark.md).
+    ``extra_mpi_args`` is accepted for Horovod's code and unused. Every line a rank
+    writes reaches ``stdout`` / ``stderr`` (file objects; default: the driver's
+    sys.stdout / sys.stderr) with the rank's prefix, as gcurun's launcher shows it
+    (``[1] text``), after the time the driver got it when
+    ``prefix_output_with_timestamp``; all of it before ``run`` returns or raises.
 
     Raises RankFunctionError (rank, host and traceback) when ``fn`` raised on a rank,
     SparkStartTimeout when not every rank started in time, SparkJobFailed when the Spark
@@ -139,8 +145,10 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     if verbose:
         sys.stderr.write(f"gcurun.spark.run: {size} ranks in a barrier stage; driver "
                          f"services on {host}\n")
+    sink = OutputSink(stdout or sys.stdout, stderr or sys.stderr,
+                      timestamps=bool(prefix_output_with_timestamp))
     return _run(context, payload, size, host, timeout,
-                {**network_environment(nics), **dict(env or {})}, executable)
+                {**network_environment(nics), **dict(env or {})}, executable, sink)
 
 
 def check_num_proc(num_proc: int | None, default: int) -> int:
@@ -205,17 +213,20 @@ def device_settings() -> tuple[str | None, tuple[str, ...]]:
 
 
 def _run(context: Any, payload: bytes, size: int, host: str, timeout: float,
-         env: Mapping[str, str] | None, executable: str | None) -> list[Any]:
+         env: Mapping[str, str] | None, executable: str | None,
+         sink: OutputSink) -> list[Any]:
     from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE, SECRET_VARIABLE
     from gcurun.rendezvous.server import RendezvousServer, new_secret
     from gcurun.rendezvous.wire import show_address
 
     secret = new_secret()
     service = FunctionService(payload, size, secret, host)
+    output = OutputService(host, secret, sink)
     rendezvous: RendezvousServer | None = None
     job: SparkJob | None = None
     try:
         service.start()
+        output.start()
         shared = {TIMEOUT_VARIABLE: f"{timeout:g}",
                   **{str(k): str(v) for k, v in dict(env or {}).items()}}
         joins: dict[str, str] = {}
@@ -226,17 +237,24 @@ def _run(context: Any, payload: bytes, size: int, host: str, timeout: float,
                      SECRET_VARIABLE: secret.hex()}
         device_var, resources = device_settings()
         job = SparkJob(size, functools.partial(run_task, TaskJob(
-            service=show_address((host, service.port)), secret=secret.hex(), shared=shared,
-            secrets=joins, device_var=device_var, resources=resources,
-            executable=executable)))
+            service=show_address((host, service.port)), secret=secret.hex(),
+            output=output.address, shared=shared, secrets=joins, device_var=device_var,
+            resources=resources, executable=executable)))
         job.start(context)
         return _wait(service, job, context, size, timeout)
     finally:
+        # The output of the ranks that are done (a failed rank's traceback too) before
+        # the stage is cancelled; then whatever the cancelled tasks still sent.
+        over = (lambda: True) if job is None else job.done.is_set
+        output.wait_ended(list(service.outcomes), END_SECONDS, over)
         if job is not None:
             job.cancel(context)
+        output.wait_ended(range(size), OUTPUT_SECONDS, over)
         service.close()
+        output.close()
         if rendezvous is not None:
             rendezvous.close()
+        sink.finish_all()
 
 
 def _wait(service: FunctionService, job: SparkJob, context: Any, size: int,
