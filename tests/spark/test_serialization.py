@@ -1,0 +1,75 @@
+"""Spark ML persistence of the trained Models (gcurun/spark/common/serialization.py) on
+the run's local-cluster session: a Model saved with ``write().overwrite().save(path)``
+and loaded with ``<Class>.load(path)`` predicts what the saved one did and keeps its
+params. Models are built directly around tiny networks (no fit); Keras is ``long``
+(TensorFlow starts slowly in every executor)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _frame(spark):
+    rows = [([float(i), float(-i), 0.5 * i, 1.0], i % 2) for i in range(8)]
+    return spark.createDataFrame(rows, ["features", "label"])
+
+
+def _predictions(model, df, column):
+    return [row[column] for row in model.transform(df).orderBy("features").collect()]
+
+
+def _round_trip(model, cls, path):
+    model.write().save(str(path))
+    model.write().overwrite().save(str(path))     # replaces what is there
+    return cls.load(str(path))
+
+
+def test_a_saved_torch_model_loads_and_predicts_the_same(spark, tmp_path):
+    torch = pytest.importorskip("torch")
+    from gcurun.spark.common.util import column_metadata
+    from gcurun.spark.torch import TorchModel
+
+    df = _frame(spark)
+    torch.manual_seed(0)
+    network = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(),
+                                  torch.nn.Linear(3, 2))
+    model = TorchModel(history={"loss": [0.7, 0.5]}, model=network,
+                       feature_columns=["features"], label_columns=["label"],
+                       optimizer=torch.optim.SGD(network.parameters(), lr=0.1),
+                       run_id="saved", loss=torch.nn.functional.cross_entropy,
+                       _metadata=column_metadata(df, ["features", "label"]),
+                       rank_digests=["d0", "d0"]).setOutputCols(["scores"])
+    loaded = _round_trip(model, TorchModel, tmp_path / "torch-model")
+
+    assert isinstance(loaded, TorchModel) and loaded.uid == model.uid
+    assert (loaded.getHistory(), loaded.getRunId(), loaded.getRankDigests(),
+            loaded.getOutputCols(), loaded.getFeatureColumns()) == \
+        ({"loss": [0.7, 0.5]}, "saved", ["d0", "d0"], ["scores"], ["features"])
+    assert loaded.getLoss() is torch.nn.functional.cross_entropy
+    expected = _predictions(model, df, "scores")
+    assert len(expected) == 8 and _predictions(loaded, df, "scores") == expected
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_a_saved_keras_model_loads_and_predicts_the_same(spark, tmp_path):
+    pytest.importorskip("tensorflow")
+    from gcurun.runtime.tensorflow.keras._which import keras
+    from gcurun.spark.common.util import column_metadata
+    from gcurun.spark.keras import KerasModel
+
+    df = _frame(spark)
+    keras.utils.set_random_seed(0)
+    network = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(3, "tanh"),
+                                keras.layers.Dense(1, "sigmoid")])
+    model = KerasModel(history={"loss": [0.6]}, model=network, feature_columns=["features"],
+                       label_columns=["label"], run_id="keras-saved",
+                       _metadata=column_metadata(df, ["features", "label"]),
+                       rank_digests=["k", "k"])
+    loaded = _round_trip(model, KerasModel, tmp_path / "keras-model")
+
+    assert isinstance(loaded, KerasModel) and loaded.getRunId() == "keras-saved"
+    assert all((a == b).all() for a, b in zip(loaded.getModel().get_weights(),
+                                              network.get_weights(), strict=True))
+    column = "label__output"
+    assert _predictions(loaded, df, column) == _predictions(model, df, column)
