@@ -39,6 +39,11 @@ TIMEOUT_VARIABLE = "GCURUN_TIMEOUT_SECONDS"
 POLL_SECONDS = 0.5
 # How long the Spark job may take to end once every rank returned, or once cancelled.
 END_SECONDS = 60.0
+USE_MPI_REFUSED = (
+    "gcurun.spark.run(use_mpi=True): mpirun jobs on Spark are not built (mpirun would "
+    "have to start its daemons inside the Spark tasks, through an rsh agent that asks each "
+    "host's task to run them); leave use_mpi out or False, and the ranks use gcurun's tcp "
+    "runtime, or run the job outside Spark with gcurun --mpi -H HOSTS")
 # How long the driver waits for a cancelled job's last output.
 OUTPUT_SECONDS = 5.0
 # Errors a rank raises because another rank failed: never the root cause.
@@ -109,7 +114,8 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     ``start_timeout`` (default 600 s, or HOROVOD_SPARK_START_TIMEOUT) bounds the start
     of every rank: a barrier stage waits for ``num_proc`` free task slots at once.
     ``nics`` (an interface name or CIDR) is the network the ranks' tcp runtime uses.
-    ``use_gloo`` is the default; ``use_mpi=True`` is refused (not built);
+    ``use_gloo`` is the default; ``use_mpi=True`` is refused (SparkUsageError: not
+    built, see docs/spark.md);
     ``extra_mpi_args`` is accepted for Horovod's code and unused. Every line a rank
     writes reaches ``stdout`` / ``stderr`` (file objects; default: the driver's
     sys.stdout / sys.stderr) with the rank's prefix, as gcurun's launcher shows it
@@ -126,15 +132,14 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
 
     from gcurun.launch.remote.run_function import pack_call
 
+    if use_mpi:
+        raise SparkUsageError(USE_MPI_REFUSED)
     context = SparkContext._active_spark_context
     if context is None:
         raise SparkUsageError("gcurun.spark.run: no active Spark session; create one "
                               "(SparkSession.builder.getOrCreate()) before running a job")
     size = check_num_proc(num_proc, context.defaultParallelism)
     timeout = check_timeout(start_timeout)
-    if use_mpi:
-        raise SparkUsageError("gcurun.spark.run(use_mpi=True): mpirun jobs on Spark are not "
-                              "built yet; leave use_mpi out (ranks use gcurun's tcp runtime)")
     try:
         payload = pack_call(functools.partial(fn, *args, **dict(kwargs or {})))
     except Exception as exc:

@@ -84,6 +84,20 @@ def test_every_line_of_every_rank_reaches_the_drivers_files_whole_and_stamped(sp
         == [("0", "rank 0 warns"), ("1", "rank 1 warns")]
 
 
+def test_use_mpi_is_refused_with_what_to_do_instead():
+    pytest.importorskip("pyspark")
+    import gcurun.spark
+    from gcurun.spark import SparkUsageError
+
+    with pytest.raises(SparkUsageError) as caught:
+        gcurun.spark.run(print, use_mpi=True)
+    assert str(caught.value) == (
+        "gcurun.spark.run(use_mpi=True): mpirun jobs on Spark are not built (mpirun would "
+        "have to start its daemons inside the Spark tasks, through an rsh agent that asks "
+        "each host's task to run them); leave use_mpi out or False, and the ranks use "
+        "gcurun's tcp runtime, or run the job outside Spark with gcurun --mpi -H HOSTS")
+
+
 def _fail_on_rank_one(value):
     if os.environ["GCURUN_RANK"] == "1":
         print("rank 1 gives up", flush=True)
