@@ -44,8 +44,9 @@ USE_MPI_REFUSED = (
     "have to start its daemons inside the Spark tasks, through an rsh agent that asks each "
     "host's task to run them); leave use_mpi out or False, and the ranks use gcurun's tcp "
     "runtime, or run the job outside Spark with gcurun --mpi -H HOSTS")
-# How long the driver waits for a cancelled job's last output.
-OUTPUT_SECONDS = 5.0
+# How long the driver waits for the last output of the ranks of a job that failed (the
+# ranks that ended, then those of the cancelled tasks).
+OUTPUT_SECONDS = 10.0
 # Errors a rank raises because another rank failed: never the root cause.
 CONSEQUENCES = frozenset({"CollectiveError", "PeerFailureError", "CollectiveTimeout"})
 
@@ -248,10 +249,11 @@ def _run(context: Any, payload: bytes, size: int, host: str, timeout: float,
         job.start(context)
         return _wait(service, job, context, size, timeout)
     finally:
-        # The output of the ranks that are done (a failed rank's traceback too) before
+        # The output of the ranks that are done (what a failed rank wrote too) before
         # the stage is cancelled; then whatever the cancelled tasks still sent.
         over = (lambda: True) if job is None else job.done.is_set
-        output.wait_ended(list(service.outcomes), END_SECONDS, over)
+        done = list(service.outcomes)
+        output.wait_ended(done, END_SECONDS if len(done) == size else OUTPUT_SECONDS, over)
         if job is not None:
             job.cancel(context)
         output.wait_ended(range(size), OUTPUT_SECONDS, over)
