@@ -1,8 +1,9 @@
 """Spark ML persistence of the trained Models (gcurun/spark/common/serialization.py) on
 the run's local-cluster session: a Model saved with ``write().overwrite().save(path)``
 and loaded with ``<Class>.load(path)`` predicts what the saved network does and keeps its
-params. Models are built directly around tiny networks (no fit); Keras is ``long``
-(TensorFlow starts slowly in every executor)."""
+params. Models are built directly around tiny networks (no fit). The default run saves
+and loads a TorchModel; the transforms (torch, then TensorFlow, imported in every
+executor) are ``long``."""
 
 from __future__ import annotations
 
@@ -27,12 +28,12 @@ def _round_trip(model, cls, path):
     return cls.load(str(path))
 
 
-def test_a_saved_torch_model_loads_and_predicts_the_same(spark, tmp_path):
-    torch = pytest.importorskip("torch")
+def _torch_model(df):
+    import torch
+
     from gcurun.spark.common.util import column_metadata
     from gcurun.spark.torch import TorchModel
 
-    df = _frame(spark)
     torch.manual_seed(0)
     network = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(),
                                   torch.nn.Linear(3, 2))
@@ -42,6 +43,23 @@ def test_a_saved_torch_model_loads_and_predicts_the_same(spark, tmp_path):
                        run_id="saved", loss=torch.nn.functional.cross_entropy,
                        _metadata=column_metadata(df, ["features", "label"]),
                        rank_digests=["d0", "d0"]).setOutputCols(["scores"])
+    return network, model
+
+
+def _network_outputs(network, df):
+    import torch
+
+    rows = sorted(row["features"] for row in df.collect())
+    with torch.no_grad():
+        return np.asarray(network(torch.tensor(rows)).tolist())
+
+
+def test_a_saved_torch_model_loads_with_its_params_and_network(spark, tmp_path):
+    torch = pytest.importorskip("torch")
+    from gcurun.spark.torch import TorchModel
+
+    df = _frame(spark)
+    network, model = _torch_model(df)
     loaded = _round_trip(model, TorchModel, tmp_path / "torch-model")
 
     assert isinstance(loaded, TorchModel) and loaded.uid == model.uid
@@ -49,12 +67,20 @@ def test_a_saved_torch_model_loads_and_predicts_the_same(spark, tmp_path):
             loaded.getOutputCols(), loaded.getFeatureColumns()) == \
         ({"loss": [0.7, 0.5]}, "saved", ["d0", "d0"], ["scores"], ["features"])
     assert loaded.getLoss() is torch.nn.functional.cross_entropy
-    # The loaded model's transform predicts what the saved network does.
-    rows = sorted(row["features"] for row in df.collect())
-    with torch.no_grad():
-        expected = network(torch.tensor(rows)).tolist()
+    assert (_network_outputs(loaded.getModel(), df) == _network_outputs(network, df)).all()
+
+
+@pytest.mark.long
+def test_a_loaded_torch_models_transform_predicts_what_the_saved_network_does(spark,
+                                                                            tmp_path):
+    pytest.importorskip("torch")
+    from gcurun.spark.torch import TorchModel
+
+    df = _frame(spark)
+    network, model = _torch_model(df)
+    loaded = _round_trip(model, TorchModel, tmp_path / "torch-model")
     assert np.asarray(_predictions(loaded, df, "scores")) == \
-        pytest.approx(np.asarray(expected), rel=1e-6)
+        pytest.approx(_network_outputs(network, df), rel=1e-6)
 
 
 @pytest.mark.long
