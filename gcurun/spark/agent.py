@@ -5,7 +5,8 @@ Each agent connects to the driver's agent service, proves it knows the job's sec
 says where it runs (its executor's host address and the executor, by the pid of its
 JVM), and then obeys frames: ``start`` a worker (``python -m
 gcurun.launch.remote.run_function`` with the environment the driver planned, over the
-executor's own), ``stop`` it, ``done`` (the job is over). It reports each worker's exit.
+executor's own), ``stop`` it, ``done`` (the job is over). It forwards each worker's
+stdout and stderr (``output`` frames, the bytes after each) and then reports its exit.
 A worker runs in its own session and gets SIGKILL when its agent's Python worker dies
 (the executor lost, the task killed): the driver sees the agent's connection drop and
 re-forms the job without that executor.
@@ -28,6 +29,7 @@ from gcurun.launch.remote import run_function as rank_side
 from gcurun.launch.remote.session_guard import death_signal_setter, signal_group
 from gcurun.launch.remote.spawning import merged_environment
 from gcurun.rendezvous import wire
+from gcurun.spark._output import drain, open_channel, pump
 
 MAGIC = b"GCUSA01\n"
 LABEL = b"gcurun-spark-agent"
@@ -110,19 +112,8 @@ def address_towards(host: str, port: int) -> str:
 
 def connect(job: AgentJob) -> socket.socket:
     """An authenticated connection to the driver's agent service."""
-    deadline = time.monotonic() + CONNECT_SECONDS
-    secret = bytes.fromhex(job.secret)
-    sock = socket.create_connection(job.service, timeout=CONNECT_SECONDS)
-    try:
-        server_nonce, client_nonce = wire.client_handshake(sock, secret, MAGIC, LABEL,
-                                                           deadline)
-        proof = wire.recv_exact(sock, wire.MAC_BYTES, deadline)
-        if wire.check_proof(secret, LABEL, server_nonce, client_nonce, proof) is None:
-            raise ConnectionError("the driver's agent service could not prove it knows "
-                                  "the job's secret")
-    except BaseException:
-        sock.close()
-        raise
+    sock = open_channel(job.service, bytes.fromhex(job.secret), MAGIC, LABEL,
+                        CONNECT_SECONDS)
     wire.set_liveness(sock, LIVENESS_SECONDS)
     return sock
 
@@ -136,10 +127,15 @@ class Agent:
         self.workers: dict[int, subprocess.Popen] = {}
         self._send_lock = threading.Lock()
 
-    def send(self, message: dict) -> None:
+    def send(self, message: dict, data: bytes | None = None) -> None:
+        """A frame to the driver (with ``data`` after it, its size in the frame)."""
+        frame = wire.encode_frame(message if data is None else {**message, "bytes": len(data)})
         with self._send_lock, contextlib.suppress(OSError, wire.WireError):
-            wire.send_all(self.sock, wire.encode_frame(message),
-                          time.monotonic() + SEND_SECONDS)
+            wire.send_all(self.sock, frame + (data or b""), time.monotonic() + SEND_SECONDS)
+
+    def send_output(self, worker: int) -> Callable[[str, bytes], None]:
+        return lambda stream, data: self.send(
+            {"op": "output", "worker": worker, "stream": stream}, data)
 
     def serve(self) -> None:
         """Obey the driver until ``done`` or until its connection ends; then stop every
@@ -165,19 +161,23 @@ class Agent:
         try:
             process = subprocess.Popen(
                 [self.job.executable or sys.executable, "-m", rank_side.__name__], env=env,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=death_signal_setter(signal.SIGKILL))
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, preexec_fn=death_signal_setter(signal.SIGKILL))
         except OSError as exc:
             self.send({"op": "exit", "worker": worker, "code": 127, "signal": None,
                        "text": f"cannot start the worker: {exc}"})
             return
         self.workers[worker] = process
         self.send({"op": "started", "worker": worker, "pid": process.pid})
-        threading.Thread(target=self._watch, args=(worker, process), daemon=True,
+        pumps = pump([("stdout", process.stdout), ("stderr", process.stderr)],
+                     self.send_output(worker))
+        threading.Thread(target=self._watch, args=(worker, process, pumps), daemon=True,
                          name=f"gcurun-agent-{worker}").start()
 
-    def _watch(self, worker: int, process: subprocess.Popen) -> None:
+    def _watch(self, worker: int, process: subprocess.Popen,
+               pumps: list[threading.Thread]) -> None:
         code = process.wait()
+        drain(pumps)      # its output reaches the driver before its exit
         self.send({"op": "exit", "worker": worker, "code": code if code >= 0 else None,
                    "signal": -code if code < 0 else None, "text": ""})
 

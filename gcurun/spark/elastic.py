@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gcurun.hosts.api import HostSpec
-from gcurun.launch.api import ExecutorErrorEvent, ExitEvent
+from gcurun.launch.api import ExecutorErrorEvent, ExitEvent, OutputEvent
 from gcurun.launch.elastic.records import Assignment
 from gcurun.launch.elastic.runner import ElasticRunner
 from gcurun.rendezvous import wire
+from gcurun.spark._output import accept_channel
 from gcurun.spark.agent import LABEL, LIVENESS_SECONDS, MAGIC, AgentJob, read_frame, run_agent
 
 log = logging.getLogger("gcurun.spark")
@@ -71,6 +72,7 @@ class AgentService:
         self.on_exit: Callable[[int, int | None, int | None, str], None] = \
             lambda *_: None
         self.on_lost: Callable[[tuple[int, ...], str], None] = lambda *_: None
+        self.on_output: Callable[[int, str, bytes], None] = lambda *_: None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -147,7 +149,11 @@ class AgentService:
             wire.set_liveness(conn, LIVENESS_SECONDS)
             while True:
                 frame = read_frame(conn)
-                if frame.get("op") == "exit":
+                if frame.get("op") == "output":
+                    data = wire.recv_exact(conn, int(frame["bytes"]),
+                                           time.monotonic() + SEND_SECONDS)
+                    self.on_output(int(frame["worker"]), str(frame["stream"]), data)
+                elif frame.get("op") == "exit":
                     self.on_exit(int(frame["worker"]), frame.get("code"),
                                  frame.get("signal"), str(frame.get("text") or ""))
         except (OSError, wire.WireError, ValueError, KeyError) as exc:
@@ -159,13 +165,8 @@ class AgentService:
 
     def _greet(self, conn: socket.socket) -> AgentInfo | None:
         deadline = time.monotonic() + HANDSHAKE_SECONDS
-        nonce = wire.server_challenge(conn, MAGIC, deadline)
-        answer = wire.recv_exact(conn, wire.NONCE_BYTES + wire.MAC_BYTES, deadline)
-        checked = wire.check_answer(self._secret, LABEL, nonce, answer, 0)
-        if checked is None:
+        if not accept_channel(conn, self._secret, MAGIC, LABEL, deadline):
             return None
-        wire.send_all(conn, wire.server_proof(self._secret, LABEL, nonce, checked[0]),
-                      deadline)
         hello = wire.recv_frame(conn, deadline)
         if hello.get("op") != "agent":
             return None
@@ -238,6 +239,8 @@ class SparkElasticRunner(ElasticRunner):
         self.driver_host = driver_host
         agents.on_exit = self._on_exit
         agents.on_lost = self._on_lost
+        agents.on_output = lambda worker, stream, data: self.events.put(
+            OutputEvent(worker, stream, data))  # type: ignore[arg-type]
 
     def _on_exit(self, worker: int, code: int | None, signum: int | None, text: str) -> None:
         self.agents.forget_worker(worker)
@@ -296,8 +299,9 @@ def run_elastic(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     executor is lost, its workers fail and the others go back to the last commit.
     ``elastic_timeout`` bounds each wait for enough slots, ``reset_limit`` the number of
     re-formations; ``start_timeout`` the start of the first ``num_proc`` agents;
-    ``nics`` is as for :func:`gcurun.spark.run`; ``stdout``, ``stderr`` and
-    ``prefix_output_with_timestamp`` are accepted for Horovod's code and unused.
+    ``nics``, ``stdout``, ``stderr`` and ``prefix_output_with_timestamp`` are as for
+    :func:`gcurun.spark.run` (a worker's lines carry its worker id, as under ``gcurun
+    --min-np``).
 
     Raises ElasticJobFailed when the job ends badly, SparkStartTimeout when the agents do
     not start in time, SparkUsageError for arguments that make no job. No worker or agent
@@ -366,7 +370,8 @@ def run_elastic(fn: Callable[..., Any], args: tuple[Any, ...] = (),
             time.sleep(0.2)
         runner = SparkElasticRunner(
             [executable or "python3", "-m", rank_side.__name__], settings, config,
-            agents.hosts, OutputSink(sys.stdout, sys.stderr),
+            agents.hosts, OutputSink(stdout or sys.stdout, stderr or sys.stderr,
+                                     timestamps=bool(prefix_output_with_timestamp)),
             stderr=sys.stderr if verbose else io.StringIO(),
             liveness=settings.liveness_timeout,
             extra_secrets={rank_side.ADDRESS_VARIABLE: f"{ANY_ADDRESS}:{service.port}",

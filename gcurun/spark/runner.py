@@ -25,6 +25,8 @@ from typing import Any
 
 from gcurun.errors import RankFailure, RankFunctionError
 from gcurun.launch.function_service import FunctionService, Outcome
+from gcurun.launch.supervision.output import OutputSink
+from gcurun.spark._output import OutputService
 from gcurun.spark.api import SparkJobFailed, SparkStartTimeout, SparkUsageError
 from gcurun.spark.task import TaskJob, TaskResult, run_task
 
@@ -37,6 +39,14 @@ TIMEOUT_VARIABLE = "GCURUN_TIMEOUT_SECONDS"
 POLL_SECONDS = 0.5
 # How long the Spark job may take to end once every rank returned, or once cancelled.
 END_SECONDS = 60.0
+USE_MPI_REFUSED = (
+    "gcurun.spark.run(use_mpi=True): mpirun jobs on Spark are not built (mpirun would "
+    "have to start its daemons inside the Spark tasks, through an rsh agent that asks each "
+    "host's task to run them); leave use_mpi out or False, and the ranks use gcurun's tcp "
+    "runtime, or run the job outside Spark with gcurun --mpi -H HOSTS")
+# How long the driver waits for the last output of the ranks of a job that failed (the
+# ranks that ended, then those of the cancelled tasks).
+OUTPUT_SECONDS = 10.0
 # Errors a rank raises because another rank failed: never the root cause.
 CONSEQUENCES = frozenset({"CollectiveError", "PeerFailureError", "CollectiveTimeout"})
 
@@ -105,10 +115,13 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     ``start_timeout`` (default 600 s, or HOROVOD_SPARK_START_TIMEOUT) bounds the start
     of every rank: a barrier stage waits for ``num_proc`` free task slots at once.
     ``nics`` (an interface name or CIDR) is the network the ranks' tcp runtime uses.
-    ``use_gloo`` is the default; ``use_mpi=True`` is refused (not built);
-    ``extra_mpi_args``, ``stdout``, ``stderr`` and ``prefix_output_with_timestamp`` are
-    accepted for Horovod's code and unused: a rank's output goes to its executor's log
-    (see docs/spark.md).
+    ``use_gloo`` is the default; ``use_mpi=True`` is refused (SparkUsageError: not
+    built, see docs/spark.md);
+    ``extra_mpi_args`` is accepted for Horovod's code and unused. Every line a rank
+    writes reaches ``stdout`` / ``stderr`` (file objects; default: the driver's
+    sys.stdout / sys.stderr) with the rank's prefix, as gcurun's launcher shows it
+    (``[1] text``), after the time the driver got it when
+    ``prefix_output_with_timestamp``; all of it before ``run`` returns or raises.
 
     Raises RankFunctionError (rank, host and traceback) when ``fn`` raised on a rank,
     SparkStartTimeout when not every rank started in time, SparkJobFailed when the Spark
@@ -120,15 +133,14 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
 
     from gcurun.launch.remote.run_function import pack_call
 
+    if use_mpi:
+        raise SparkUsageError(USE_MPI_REFUSED)
     context = SparkContext._active_spark_context
     if context is None:
         raise SparkUsageError("gcurun.spark.run: no active Spark session; create one "
                               "(SparkSession.builder.getOrCreate()) before running a job")
     size = check_num_proc(num_proc, context.defaultParallelism)
     timeout = check_timeout(start_timeout)
-    if use_mpi:
-        raise SparkUsageError("gcurun.spark.run(use_mpi=True): mpirun jobs on Spark are not "
-                              "built yet; leave use_mpi out (ranks use gcurun's tcp runtime)")
     try:
         payload = pack_call(functools.partial(fn, *args, **dict(kwargs or {})))
     except Exception as exc:
@@ -139,8 +151,10 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     if verbose:
         sys.stderr.write(f"gcurun.spark.run: {size} ranks in a barrier stage; driver "
                          f"services on {host}\n")
+    sink = OutputSink(stdout or sys.stdout, stderr or sys.stderr,
+                      timestamps=bool(prefix_output_with_timestamp))
     return _run(context, payload, size, host, timeout,
-                {**network_environment(nics), **dict(env or {})}, executable)
+                {**network_environment(nics), **dict(env or {})}, executable, sink)
 
 
 def check_num_proc(num_proc: int | None, default: int) -> int:
@@ -205,17 +219,20 @@ def device_settings() -> tuple[str | None, tuple[str, ...]]:
 
 
 def _run(context: Any, payload: bytes, size: int, host: str, timeout: float,
-         env: Mapping[str, str] | None, executable: str | None) -> list[Any]:
+         env: Mapping[str, str] | None, executable: str | None,
+         sink: OutputSink) -> list[Any]:
     from gcurun.launch.remote.rank_env import RENDEZVOUS_VARIABLE, SECRET_VARIABLE
     from gcurun.rendezvous.server import RendezvousServer, new_secret
     from gcurun.rendezvous.wire import show_address
 
     secret = new_secret()
     service = FunctionService(payload, size, secret, host)
+    output = OutputService(host, secret, sink)
     rendezvous: RendezvousServer | None = None
     job: SparkJob | None = None
     try:
         service.start()
+        output.start()
         shared = {TIMEOUT_VARIABLE: f"{timeout:g}",
                   **{str(k): str(v) for k, v in dict(env or {}).items()}}
         joins: dict[str, str] = {}
@@ -226,17 +243,25 @@ def _run(context: Any, payload: bytes, size: int, host: str, timeout: float,
                      SECRET_VARIABLE: secret.hex()}
         device_var, resources = device_settings()
         job = SparkJob(size, functools.partial(run_task, TaskJob(
-            service=show_address((host, service.port)), secret=secret.hex(), shared=shared,
-            secrets=joins, device_var=device_var, resources=resources,
-            executable=executable)))
+            service=show_address((host, service.port)), secret=secret.hex(),
+            output=output.address, shared=shared, secrets=joins, device_var=device_var,
+            resources=resources, executable=executable)))
         job.start(context)
         return _wait(service, job, context, size, timeout)
     finally:
+        # The output of the ranks that are done (what a failed rank wrote too) before
+        # the stage is cancelled; then whatever the cancelled tasks still sent.
+        over = (lambda: True) if job is None else job.done.is_set
+        done = list(service.outcomes)
+        output.wait_ended(done, END_SECONDS if len(done) == size else OUTPUT_SECONDS, over)
         if job is not None:
             job.cancel(context)
+        output.wait_ended(range(size), OUTPUT_SECONDS, over)
         service.close()
+        output.close()
         if rendezvous is not None:
             rendezvous.close()
+        sink.finish_all()
 
 
 def _wait(service: FunctionService, job: SparkJob, context: Any, size: int,

@@ -1,7 +1,8 @@
 """What a Spark barrier task does for a gcurun job (Horovod's ``horovod.spark.task``):
 it learns where every task of its stage runs, works out its rank, and runs that rank as
 a child process, ``python -m gcurun.launch.remote.run_function``, which fetches the
-function from the driver's service, calls it and sends back its result.
+function from the driver's service, calls it and sends back its result. The rank's
+stdout and stderr are pipes the task forwards to the driver (:mod:`gcurun.spark._output`).
 
 The rank is a child, not the Python worker itself: its environment (rank variables,
 device variable, rendezvous) is its own from its first instruction, and nothing it
@@ -26,6 +27,7 @@ from gcurun.launch.remote import run_function as rank_side
 from gcurun.launch.remote.session_guard import death_signal_setter
 from gcurun.launch.remote.spawning import merged_environment
 from gcurun.spark._layout import TaskReport, host_of, task_environment
+from gcurun.spark._output import OutputChannel, drain, pump
 from gcurun.spark.agent import executor_pid, watch_executor
 
 
@@ -35,6 +37,7 @@ class TaskJob:
 
     service: str                        # the driver's function service, host:port
     secret: str                         # the job's secret, hex
+    output: tuple[str, int] | None = None   # the driver's output service
     shared: Mapping[str, str] = field(default_factory=dict)   # every rank's variables
     secrets: Mapping[str, str] = field(default_factory=dict)  # rendezvous and secret
     device_var: str | None = None
@@ -84,10 +87,16 @@ def run_task(job: TaskJob, _rows: Iterable[object]) -> Iterator[TaskResult]:
     secrets = {**job.secrets, rank_side.ADDRESS_VARIABLE: job.service,
                rank_side.SECRET_VARIABLE: job.secret}
     env = merged_environment(os.environ, identity, secrets, shared=job.shared)
+    rank = int(identity["GCURUN_RANK"])
+    channel = OutputChannel(job.output, bytes.fromhex(job.secret), rank) \
+        if job.output is not None else None
+    piped = subprocess.PIPE if channel is not None else None
     process = subprocess.Popen(
         [job.executable or sys.executable, "-m", rank_side.__name__], env=env,
-        stdin=subprocess.DEVNULL, start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=piped, stderr=piped, start_new_session=True,
         preexec_fn=death_signal_setter(signal.SIGKILL))
+    pumps = pump([("stdout", process.stdout), ("stderr", process.stderr)],
+                 channel.send) if channel is not None else []
     stop = threading.Event()
     # A rank must not outlive its executor (Spark may not have stopped its Python
     # workers yet when the executor is gone).
@@ -99,5 +108,7 @@ def run_task(job: TaskJob, _rows: Iterable[object]) -> Iterator[TaskResult]:
         if process.poll() is None:   # this task is being stopped: its rank goes first
             process.kill()
             process.wait()
-    yield TaskResult(partition, int(identity["GCURUN_RANK"]), hosts[partition], returncode,
-                     process.pid)
+        drain(pumps)      # the rank's last words reach the driver before the task ends
+        if channel is not None:
+            channel.close()
+    yield TaskResult(partition, rank, hosts[partition], returncode, process.pid)

@@ -1,7 +1,8 @@
 """A Spark standalone cluster on namespace hosts: a master on h1 and a worker (one core)
 on every host, each JVM bound to its host's bridge address, started with the
-``spark-class`` that the pyspark package ships. Jobs are driven from h1 by
-``spark_driver.py`` in a process of its own (one SparkContext per process)."""
+``spark-class`` that the pyspark package ships. Jobs are driven from h1 by a driver
+script (``spark_driver.py``, ``spark_estimator_driver.py``) in a process of its own (one
+SparkContext per process), which runs its job through :func:`run_driver`."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.cluster.netns import NetnsCluster, NetnsHost, processes_in
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("spark_driver.py")
+ESTIMATOR_DRIVER = Path(__file__).with_name("spark_estimator_driver.py")
 MASTER_PORT = 7077
 WORKER_CORES = 1
 EXIT_SECONDS = 60.0
@@ -118,13 +122,15 @@ def left_on_hosts(cluster: NetnsCluster, timeout: float = EXIT_SECONDS,
         time.sleep(0.2)
 
 
-def drive(running: SparkStandalone, spec: dict, timeout: float = 600.0) -> dict:
-    """Run ``spark_driver.py`` with ``spec`` on h1; its JSON outcome."""
+def drive(running: SparkStandalone, script: Path, spec: dict,
+          timeout: float = 600.0) -> dict:
+    """Run the driver ``script`` (one that calls :func:`run_driver`) with ``spec`` on h1;
+    its JSON outcome."""
     h1 = running.cluster.hosts[0]
     spec = {**spec, "master": running.master_url, "driver_host": h1.address}
     path = running.work / "spec.json"
     path.write_text(json.dumps(spec))
-    done = subprocess.run(["ip", "netns", "exec", h1.netns, sys.executable, str(DRIVER),
+    done = subprocess.run(["ip", "netns", "exec", h1.netns, sys.executable, str(script),
                            str(path)], capture_output=True, text=True, timeout=timeout,
                           env=_environment(h1, running.work))
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -132,3 +138,33 @@ def drive(running: SparkStandalone, spec: dict, timeout: float = 600.0) -> dict:
         raise AssertionError(f"the Spark driver printed no result (exit {done.returncode})"
                              f":\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     return json.loads(lines[-1][len("RESULT "):])
+
+
+def run_driver(app_name: str, job: Callable[[Any, dict], Any]) -> None:
+    """The body of a driver script: read the spec (the file named by the first argument),
+    open a session on the spec's master with the driver on ``driver_host``, print
+    ``RESULT`` and the JSON of ``job(session, spec)`` (``{"error": ...}`` when it
+    raised), and stop the session (and so its executors)."""
+    from pyspark.sql import SparkSession
+
+    with open(sys.argv[1], encoding="utf-8") as f:
+        spec = json.load(f)
+    session = (SparkSession.builder.master(spec["master"]).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.driver.host", spec["driver_host"])
+               .config("spark.driver.bindAddress", spec["driver_host"])
+               .config("spark.executor.memory", "512m")
+               .config("spark.executor.cores", "1")
+               .config("spark.cores.max", str(spec.get("cores", spec.get("num_proc", 3))))
+               .config("spark.python.task.killTimeout", "1s")
+               .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+               .config("spark.executor.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+               .getOrCreate())
+    try:
+        try:
+            outcome = job(session, spec)
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            outcome = {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        session.stop()
+    print("RESULT " + json.dumps(outcome), flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.cluster.spark_standalone import (
+    DRIVER,
     drive,
     left_on_hosts,
     start_standalone,
@@ -28,11 +29,14 @@ def standalone(netns_cluster, tmp_path):
 
 
 def test_run_puts_three_ranks_on_three_hosts(standalone):
-    outcome = drive(standalone, {"function": "where", "num_proc": 3})
+    outcome = drive(standalone, DRIVER, {"function": "where", "num_proc": 3})
     assert "error" not in outcome, outcome
     results = outcome["results"]
     hosts = standalone.cluster.hosts
     assert [r["rank"] for r in results] == [0, 1, 2]
+    # Each rank's line came back from its host to the driver's stdout.
+    lines = outcome["stdout"].splitlines()
+    assert all(f"[{r['rank']}] rank {r['rank']} on {r['host']}" in lines for r in results)
     assert all(r["size"] == 3 and r["sum"] == 6.0 and r["local_rank"] == 0 for r in results)
     assert sorted(r["host"] for r in results) == sorted(h.address for h in hosts)
     by_address = {h.address: h for h in hosts}
@@ -45,7 +49,7 @@ def test_run_puts_three_ranks_on_three_hosts(standalone):
 
 
 def test_an_executor_killed_under_run_elastic_reforms_the_job(standalone, tmp_path):
-    outcome = drive(standalone, {
+    outcome = drive(standalone, DRIVER, {
         "function": "elastic_steps", "args": [4, str(tmp_path)],
         "kill_executor_of": str(tmp_path),
         "elastic": {"num_proc": 3, "min_num_proc": 2, "max_num_proc": 3,

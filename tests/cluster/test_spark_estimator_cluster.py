@@ -5,16 +5,16 @@ rank ends with the same weights; no JVM or rank is left after the test."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.cluster import spark_standalone
-from tests.cluster.spark_standalone import drive, start_standalone, stop_standalone
+from tests.cluster.spark_standalone import (
+    ESTIMATOR_DRIVER,
+    drive,
+    start_standalone,
+    stop_standalone,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.long]
-
-DRIVER = Path(__file__).with_name("spark_estimator_driver.py")
 
 
 @pytest.fixture
@@ -30,14 +30,12 @@ def standalone(netns_cluster, tmp_path):
 
 
 @pytest.mark.timeout(1500)
-def test_an_estimator_fits_and_transforms_across_three_hosts(standalone, tmp_path,
-                                                              monkeypatch):
-    monkeypatch.setattr(spark_standalone, "DRIVER", DRIVER)
+def test_an_estimator_fits_and_transforms_across_three_hosts(standalone, tmp_path):
     # The namespace hosts share this machine's file system: the store is one directory
     # that every executor reaches at the same path, as NFS would give.
     store = tmp_path / "store"
-    outcome = drive(standalone, {"num_proc": 3, "epochs": 3, "store": str(store)},
-                    timeout=1200)
+    outcome = drive(standalone, ESTIMATOR_DRIVER,
+                    {"num_proc": 3, "epochs": 3, "store": str(store)}, timeout=1200)
     assert "error" not in outcome, outcome
     print(f"\nheld-out accuracy {outcome['accuracy']:.3f} on {outcome['rows']} rows, "
           f"chance {outcome['chance']:.3f}; digests {outcome['digests']}")

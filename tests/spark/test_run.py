@@ -5,7 +5,9 @@ job, which stops ranks the same way)."""
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -50,8 +52,55 @@ def test_run_ranks_by_host_in_rank_order_joined_by_the_tcp_runtime(spark, monkey
     assert survivors([f["pid"] for f in found]) == []
 
 
+def _talk(count):
+    import sys
+
+    rank = os.environ["GCURUN_RANK"]
+    for i in range(count):
+        print(f"rank {rank} line {i} " + "x" * 100)
+    print(f"rank {rank} warns", file=sys.stderr)
+    os.write(1, f"rank {rank} ends without a newline".encode())
+    return int(rank)
+
+
+STAMPED = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \[(\d)\] (.*)")
+
+
+def test_every_line_of_every_rank_reaches_the_drivers_files_whole_and_stamped(spark):
+    import gcurun.spark
+
+    out, err = io.StringIO(), io.StringIO()
+    count = 2000    # several chunks of each rank's pipe, arriving interleaved
+    assert gcurun.spark.run(_talk, args=(count,), num_proc=2, stdout=out, stderr=err,
+                            prefix_output_with_timestamp=True, verbose=0) == [0, 1]
+    seen: dict[str, list[str]] = {"0": [], "1": []}
+    for line in out.getvalue().splitlines():
+        rank, text = STAMPED.fullmatch(line).groups()
+        seen[rank].append(text)
+    for rank in "01":
+        assert seen[rank] == [f"rank {rank} line {i} " + "x" * 100 for i in range(count)] \
+            + [f"rank {rank} ends without a newline"]
+    assert sorted(STAMPED.fullmatch(line).groups() for line in err.getvalue().splitlines()) \
+        == [("0", "rank 0 warns"), ("1", "rank 1 warns")]
+
+
+def test_use_mpi_is_refused_with_what_to_do_instead():
+    pytest.importorskip("pyspark")
+    import gcurun.spark
+    from gcurun.spark import SparkUsageError
+
+    with pytest.raises(SparkUsageError) as caught:
+        gcurun.spark.run(print, use_mpi=True)
+    assert str(caught.value) == (
+        "gcurun.spark.run(use_mpi=True): mpirun jobs on Spark are not built (mpirun would "
+        "have to start its daemons inside the Spark tasks, through an rsh agent that asks "
+        "each host's task to run them); leave use_mpi out or False, and the ranks use "
+        "gcurun's tcp runtime, or run the job outside Spark with gcurun --mpi -H HOSTS")
+
+
 def _fail_on_rank_one(value):
     if os.environ["GCURUN_RANK"] == "1":
+        print("rank 1 gives up", flush=True)
         raise ValueError(f"bad value {value}")
     return value
 
@@ -60,9 +109,12 @@ def test_a_ranks_exception_is_raised_with_its_rank_and_traceback(spark):
     import gcurun.spark
     from gcurun.errors import RankFunctionError
 
+    out = io.StringIO()
     with pytest.raises(RankFunctionError) as caught:
         gcurun.spark.run(_fail_on_rank_one, args=(7,), num_proc=2, start_timeout=120,
-                         verbose=0)
+                         verbose=0, stdout=out)
+    # What the failing rank wrote is there before the error leaves run.
+    assert out.getvalue() == "[1] rank 1 gives up\n"
     error = caught.value
     assert (error.rank, error.error_type, error.message) == (1, "ValueError", "bad value 7")
     assert "in _fail_on_rank_one" in error.remote_traceback

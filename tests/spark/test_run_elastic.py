@@ -35,6 +35,7 @@ def elastic_training(steps, directory=None):
                 while not os.path.exists(os.path.join(directory, "go")):
                     time.sleep(0.1)
             state.total += float(hvd.allreduce(np.ones(1), op=hvd.Sum, name="one")[0])
+            print(f"step {state.step} of {hvd.size()}")
             state.step += 1
             state.commit()
         return hvd.rank(), hvd.size(), state.total, os.getpid()
@@ -42,12 +43,17 @@ def elastic_training(steps, directory=None):
     return train(state)
 
 
-def test_run_elastic_runs_every_worker_to_the_end(spark):
+def test_run_elastic_runs_every_worker_to_the_end(spark, capsys):
     import gcurun.spark
 
     results = gcurun.spark.run_elastic(elastic_training, args=(3,), num_proc=2,
                                        start_timeout=120, elastic_timeout=120, verbose=0)
     assert [r[:3] for r in results] == [(0, 2, 6.0), (1, 2, 6.0)]
+    # Every worker's lines, prefixed with its worker id, on the driver's stdout.
+    lines = capsys.readouterr().out.splitlines()
+    for worker in (0, 1):
+        assert [line for line in lines if line.startswith(f"[{worker}] ")] == \
+            [f"[{worker}] step {step} of 2" for step in range(3)]
     assert survivors([r[3] for r in results]) == []
 
 

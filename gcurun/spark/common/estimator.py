@@ -16,6 +16,7 @@ from pyspark.ml import Estimator, Model
 from gcurun.spark.common import util
 from gcurun.spark.common.backend import Backend, SparkBackend
 from gcurun.spark.common.params import EstimatorParams, ModelParams
+from gcurun.spark.common.serialization import PersistableModel
 from gcurun.spark.common.training import TrainSpec
 
 
@@ -92,8 +93,10 @@ class EstimatorBase(Estimator, EstimatorParams):
         raise NotImplementedError
 
 
-class ModelBase(Model, ModelParams):
-    """A trained model as a Spark ML Transformer. Subclasses give ``_predict_fn`` (a
+class ModelBase(Model, ModelParams, PersistableModel):
+    """A trained model as a Spark ML Transformer, saved with
+    ``model.write().overwrite().save(path)`` and loaded with ``<Class>.load(path)``
+    (:mod:`~gcurun.spark.common.serialization`). Subclasses give ``_predict_fn`` (a
     function of a list of feature arrays to a list of output arrays, built on an
     executor) and ``_output_shapes``."""
 

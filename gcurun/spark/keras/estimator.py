@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from pyspark import keyword_only
@@ -129,6 +130,19 @@ class KerasModel(ModelBase):
 
     def getCustomObjects(self) -> Any:
         return self.getOrDefault(self.custom_objects)
+
+    def _encode_param(self, name: str, value: Any) -> dict[str, Any]:
+        if name == "model" and value is not None:   # its .keras file, not a pickle
+            return {"keras": base64.b64encode(remote.model_bytes(value)).decode("ascii")}
+        return super()._encode_param(name, value)
+
+    def _decode_param(self, name: str, item: dict[str, Any],
+                      decoded: dict[str, Any]) -> Any:
+        if "keras" in item:
+            custom_objects = decoded.get("custom_objects", self.getCustomObjects())
+            return remote.load_model_bytes(_keras(), base64.b64decode(item["keras"]),
+                                           dict(custom_objects or {}))
+        return super()._decode_param(name, item, decoded)
 
     def _output_shapes(self) -> list[tuple[int, ...]]:
         return [tuple(d or 1 for d in o.shape[1:]) for o in self.getModel().outputs]
