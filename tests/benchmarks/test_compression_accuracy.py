@@ -1,6 +1,6 @@
-"""benchmarks/compression_accuracy.py: its task, batches and report without ranks, and a
-tiny run on 2 ranks under gcurun in which fp16 changes what is learned. Accuracy is
-reported, never asserted."""
+"""benchmarks/compression_accuracy.py: its task, batches and report without ranks, and (in
+-m long) a tiny run on 2 ranks under gcurun in which fp16 changes what is learned.
+Accuracy is reported, never asserted."""
 
 from __future__ import annotations
 
@@ -70,6 +70,7 @@ def test_options_must_be_positive():
         parse_args(["--steps", "0"])
 
 
+@pytest.mark.long        # two ranks importing torch: 25 s on a busy 2-core machine
 @pytest.mark.integration
 @pytest.mark.torch
 def test_on_two_ranks_fp16_changes_the_parameters(tmp_path):
