@@ -11,7 +11,7 @@ tests/cluster/netns-cluster.sh (through benchmarks/cluster_allreduce.py's
 ``prepare_cluster``), every host's link shaped to ``--rate`` with tc tbf on both ends.
 
 For each layout (hosts x ranks per host) and each model, one job started by gcurun over
-SSH (``-H h1:R,h2:R,...``, the tcp backend) trains three copies of the model on every rank,
+SSH (``-H h1:R,h2:R,...``, the tcp backend) trains a copy of the model per variant on every rank,
 taking turns round after round in an order shuffled every round (the same on every rank):
 
     torch models (benchmarks/torch_ddp.py's: ``mlp`` and ``resnet18-narrow``)
