@@ -11,11 +11,14 @@ tests/cluster/netns-cluster.sh (through benchmarks/cluster_allreduce.py's
 ``prepare_cluster``), every host's link shaped to ``--rate`` with tc tbf on both ends.
 
 For each layout (hosts x ranks per host) and each model, one job started by gcurun over
-SSH (``-H h1:R,h2:R,...``, the tcp backend) trains three copies of the model on every rank,
+SSH (``-H h1:R,h2:R,...``, the tcp backend) trains a copy of the model per variant on every rank,
 taking turns round after round in an order shuffled every round (the same on every rank):
 
     torch models (benchmarks/torch_ddp.py's: ``mlp`` and ``resnet18-narrow``)
       gcurun-tcp   gcurun.runtime.torch.DistributedOptimizer
+      gcurun-tcp-fp16  the same with ``compression=Compression.fp16``: gradients sent as
+                   float16, half the bytes (its cost in accuracy on the MLP:
+                   benchmarks/compression_accuracy.py)
       ddp          torch DistributedDataParallel over gloo; its process group meets at the
                    MASTER_ADDR/MASTER_PORT gcurun gives every rank (``--master-addr`` is
                    h1's bridge address; GLOO_SOCKET_IFNAME=eth0, the host's bridge link)
@@ -72,7 +75,7 @@ from benchmarks.cluster_training_rank import (  # noqa: E402
 MODELS = ("mlp", "resnet18-narrow", "keras-mlp")
 BACKENDS = ("tcp", "mpi")
 PEER = {"mlp": "ddp", "resnet18-narrow": "ddp", "keras-mlp": "mwms"}
-JOB_VARIANTS = {"torch": ("gcurun-tcp", "ddp", "floor"),
+JOB_VARIANTS = {"torch": ("gcurun-tcp", "gcurun-tcp-fp16", "ddp", "floor"),
                 "keras": ("gcurun-tcp", "mwms", "floor")}
 RANK_FLAG = "--rank-of"
 # Issue 31's goals (a benchmark's, never a test's): gcurun's step over its peer's.
@@ -80,6 +83,7 @@ LINK_GOAL = 0.95            # 2 x 1 and 4 x 1: the link decides, both move the s
 TWO_LEVEL_GOAL = 0.75       # 2 x 2: two levels send 2/3 of the flat ring's bytes
 TWO_LEVEL_FLOOR_GOAL = 0.7  # 2 x 2: of DDP's time over the floor
 MWMS_GOAL = 0.8             # Keras, every layout
+FP16_GOAL = 0.6             # 2 x 1, torch: gcurun-tcp-fp16 sends half DDP's bytes
 STOP_SECONDS = 30
 
 
@@ -217,6 +221,10 @@ def goal_lines(result: LayoutResult) -> list[str]:
                 goals.append((variant, "time over the floor",
                               (median[variant] - floor) / (median[peer] - floor),
                               TWO_LEVEL_FLOOR_GOAL))
+        if "gcurun-tcp-fp16" in median and peer == "ddp" and \
+                (layout.hosts, layout.per_host) == (2, 1):
+            goals.append(("gcurun-tcp-fp16", "step", median["gcurun-tcp-fp16"] / median[peer],
+                          FP16_GOAL))
         lines += [f"# goal: {name} {variant} <= {goal} x {peer}'s {what}: {ratio:.2f} "
                   f"({'met' if ratio <= goal else 'missed'})"
                   for variant, what, ratio, goal in goals]

@@ -2,7 +2,7 @@
 taking turns, and rank 0 writes every round's time (the slowest rank's mean per step) to
 ``--out``.
 
-    cluster_training.py --rank-of MODEL --variants gcurun-tcp,ddp,floor --steps 10
+    cluster_training.py --rank-of MODEL --variants gcurun-tcp,gcurun-tcp-fp16,ddp,floor --steps 10
         --warmup 2 --rounds 5 --threads 1 --out FILE
 """
 
@@ -108,7 +108,12 @@ def torch_rank(args: argparse.Namespace, variants: list[str]) -> None:
     for name in variants:
         model = copy.deepcopy(base)
         if name.startswith("gcurun"):
-            opt = hvd.DistributedOptimizer(sgd(model), named_parameters=model.named_parameters())
+            # Each variant's ops under names of its own: fp16's differ in dtype.
+            compression = hvd.Compression.fp16 if name.endswith("-fp16") else \
+                hvd.Compression.none
+            opt = hvd.DistributedOptimizer(
+                sgd(model), compression=compression,
+                named_parameters=[(f"{name}.{n}", p) for n, p in model.named_parameters()])
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             runs[name] = step(model, opt)
         elif name == "ddp":
