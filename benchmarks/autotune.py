@@ -25,10 +25,10 @@ Per layout and model, three jobs (gcurun over SSH, the tcp backend):
             settled (or after ``--tune-steps`` steps), its choice and the defaults take
             turns for ``--rounds`` rounds of ``--steps`` steps; it writes what it learned
             to an ``--autotune-cache`` file
-  warm      ``gcurun --autotune`` with that cache: its first ``--steps`` steps from the
-            job's start are timed as they come (the first step tells the tuner the job's
-            shape, so it runs on the defaults), then, once it has settled, its choice and
-            the defaults take turns as above
+  warm      ``gcurun --autotune`` with that cache: its steps 2 to ``--steps`` + 1 are
+            timed as they come ("first steps": the first step tells the tuner the job's
+            shape, runs on the defaults and carries the job's start-up costs), then, once
+            it has settled, its choice and the defaults take turns as above
 
 A round's step time is the slowest rank's mean. Each job also times the defaults, taking
 turns with its own variant (jobs run minutes apart, and a shared machine's load moves in
@@ -206,10 +206,13 @@ def goal_lines(model: str, times: dict[str, list[float]]) -> list[str]:
 
 
 # Each variant's defaults: the same job's (jobs run minutes apart on a shared machine).
-FIRST = "warm cache, first steps"
+# Steps 2 to --steps + 1 of a job, timed as they come: with the warm cache, and without
+# (the autotune job's, on the defaults while it takes its warmup samples: the start-up
+# costs every job's first steps carry, to compare the warm cache's with).
+FIRST, COLD = "warm cache, first steps", "autotune job, first steps"
 TWIN = {"defaults": "defaults", "grid best": "defaults",
         "defaults (autotune job)": "defaults (autotune job)",
-        "autotune": "defaults (autotune job)",
+        "autotune": "defaults (autotune job)", COLD: "defaults (autotune job)",
         "defaults (warm job)": "defaults (warm job)", FIRST: "defaults (warm job)",
         "warm cache": "defaults (warm job)"}
 ORDER = tuple(TWIN)
@@ -339,15 +342,23 @@ def rank_main(argv: list[str]) -> int:
     else:
         import numpy as np
 
-        first = work.timed(steps) if mode == "warm" else None    # from the job's start
-        taken = steps if first is not None else 0
+        # Steps 2 to steps + 1 are timed as they come (the first tells the tuner the job's
+        # shape and runs on the defaults, with the job's start-up costs), in the same loop
+        # in both jobs: the cache is keyed by a step's tensors.
+        first, started, taken = None, 0.0, 0
         while taken < options["tune_steps"]:
             work.step()
             taken += 1
+            if taken == 1:
+                started = time.perf_counter()
+            if taken == steps + 1:
+                mine = np.array([(time.perf_counter() - started) / steps])
+                first = float(hvd.allreduce(mine, op=hvd.Max, name="bench.first")[0])
             tuner = getattr(engine, "tuner", None)
             done = np.array([1 if rank0 and (tuner is None or tuner.phase.name == "DONE")
                              else 0])
-            if hvd.allreduce(done, op=hvd.Max, name="bench.settled")[0]:
+            settled = hvd.allreduce(done, op=hvd.Max, name="bench.settled")[0]
+            if settled and first is not None:
                 break
             if taken % 50 == 0:
                 say(f"autotune: {taken} steps, {tuner.phase.value if rank0 and tuner else ''}")
@@ -358,12 +369,17 @@ def rank_main(argv: list[str]) -> int:
         defaults = start_knobs(state.current_state().env).to_json()
         # (every rank holds the same history; the last entry is what it settled on)
         chosen = engine.knob_history[-1][2] if engine.knob_history else defaults
+        if first is None:       # (--tune-steps not above --steps)
+            raise SystemExit(f"autotune-bench: the {mode} job ended its tuning loop "
+                             f"before {steps + 1} steps; give --tune-steps above --steps")
         if mode == "autotune":
             take_turns({"defaults (autotune job)": defaults, "autotune": chosen})
+            result["times"][COLD] = [first]
+            result["settings"][COLD] = "its warmup samples': the defaults"
         else:
             take_turns({"defaults (warm job)": defaults, "warm cache": chosen})
             result["times"][FIRST] = [first]
-            result["settings"][FIRST] = "the cache's, after a first step on the defaults"
+            result["settings"][FIRST] = "the cache's, from the second step on"
     hvd.shutdown()
     if rank0:
         out.write_text(json.dumps(result))
