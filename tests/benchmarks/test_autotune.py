@@ -46,7 +46,7 @@ def test_options_quote_bad_input():
 def test_the_grid_is_every_combination_and_hierarchical_only_across_hosts():
     across = grid_points(GRID, hosts=2)
     alone = grid_points(GRID, hosts=1)
-    assert len(across) == 3 * 2 * 2 * 3 * 2 * 3 and len(alone) == len(across) // 3
+    assert len(across) == 2 ** 6 and len(alone) == len(across) // 2
     assert {p["hierarchical_allreduce"] for p in alone} == {None}
     assert len({json.dumps(p, sort_keys=True) for p in across}) == len(across)
 
