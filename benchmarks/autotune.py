@@ -16,14 +16,19 @@ Models (every rank the same):
                   allreduce_async_ in backward order each step: communication alone
   mlp             benchmarks/torch_ddp.py's MLP trained by gcurun's DistributedOptimizer
 
-Per layout and model, two jobs (gcurun over SSH, the tcp backend):
+Per layout and model, three jobs (gcurun over SSH, the tcp backend):
   grid      the defaults and every point of the grid, each set on every rank at once
             (rank 0's engine sends it with the next cycle, as autotune's decisions go),
             timed in a first pass of ``--screen-steps`` steps; then the defaults and the
             fastest point take turns for ``--rounds`` rounds of ``--steps`` steps
   autotune  ``gcurun --autotune`` (Horovod's budget unless told otherwise); once it has
             settled (or after ``--tune-steps`` steps), its choice and the defaults take
-            turns for ``--rounds`` rounds of ``--steps`` steps
+            turns for ``--rounds`` rounds of ``--steps`` steps; it writes what it learned
+            to an ``--autotune-cache`` file
+  warm      ``gcurun --autotune`` with that cache: its steps 2 to ``--steps`` + 1 are
+            timed as they come ("first steps": the first step tells the tuner the job's
+            shape, runs on the defaults and carries the job's start-up costs), then, once
+            it has settled, its choice and the defaults take turns as above
 
 A round's step time is the slowest rank's mean. Each job also times the defaults, taking
 turns with its own variant (jobs run minutes apart, and a shared machine's load moves in
@@ -55,6 +60,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.cluster_allreduce import (  # noqa: E402
     BenchmarkError,
     Layout,
+    exit_on_sigterm,
     parse_layouts,
     prepare_cluster,
 )
@@ -62,14 +68,16 @@ from benchmarks.cluster_allreduce import (  # noqa: E402
 MODELS = ("resnet50-grads", "mlp")
 RANK_FLAG = "--rank-of"
 KIB, MIB = 1 << 10, 1 << 20
-# The grid: every combination (hierarchical allreduce only where there are 2+ hosts).
+# The grid: every combination of two values a knob, far apart in the range
+# autotune searches (hierarchical allreduce only where there are 2+ hosts: on or off,
+# one of which "automatic" picks): 64 points on two hosts, 32 on one.
 GRID = {
-    "fusion_threshold_mb": (2.0, 16.0, 64.0),
+    "fusion_threshold_mb": (2.0, 64.0),
     "cycle_time_ms": (0.5, 2.0),
     "cache_enabled": (True, False),
-    "hierarchical_allreduce": (None, True, False),
-    "chunk_bytes": (512 * KIB, 2 * MIB),
-    "stream_bytes": (128 * KIB, 256 * KIB, 1 * MIB),
+    "hierarchical_allreduce": (True, False),
+    "chunk_bytes": (512 * KIB, 4 * MIB),
+    "stream_bytes": (128 * KIB, 1 * MIB),
 }
 QUICK_GRID = {"fusion_threshold_mb": (1.0, 64.0), "cycle_time_ms": (1.0,),
               "cache_enabled": (True,), "hierarchical_allreduce": (None,),
@@ -95,10 +103,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--models", type=parse_models, default=None,
                         help=f"comma-separated, of {','.join(MODELS)} (default both)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per round "
-                        "(default 10)")
+                        "(default 5)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
     parser.add_argument("--screen-steps", type=int, default=None,
-                        help="steps per grid point in the first pass (default 4)")
+                        help="steps per grid point in the first pass (default 3)")
     parser.add_argument("--tune-steps", type=int, default=None,
                         help="the most steps autotune may take to settle (default 2000)")
     parser.add_argument("--autotune-args", default=None,
@@ -117,8 +125,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
              "screen_steps": 2, "tune_steps": 200,
              "autotune_args": "--autotune-warmup-samples 1 --autotune-steps-per-sample 2 "
                               "--autotune-bayes-opt-max-samples 4"}
-    full = {"layouts": parse_layouts("1x2,2x2"), "models": list(MODELS), "steps": 10,
-            "rounds": 3, "screen_steps": 4, "tune_steps": 2000, "autotune_args": ""}
+    full = {"layouts": parse_layouts("1x2,2x2"), "models": list(MODELS), "steps": 5,
+            "rounds": 3, "screen_steps": 3, "tune_steps": 2000, "autotune_args": ""}
     for name, value in (quick if args.quick else full).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -148,6 +156,7 @@ class ModelResult:
     times: dict[str, list[float]] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)
     tune_steps: int = 0
+    warm_steps: int = 0
 
 
 def format_table(layout: Layout, rate_bits: int, models: list[ModelResult]) -> str:
@@ -168,13 +177,47 @@ def format_table(layout: Layout, rate_bits: int, models: list[ModelResult]) -> s
                 f"{f'{best:.2f}' if best else '-'} | {result.settings.get(variant, '')} |")
         if result.tune_steps:
             lines.append(f"# {result.model}: autotune settled after {result.tune_steps} steps")
+        if result.warm_steps:
+            lines.append(f"# {result.model}: with the warm cache, settled after "
+                         f"{result.warm_steps} steps")
+        lines.extend(goal_lines(result.model, result.times))
     return "\n".join(lines) + "\n"
 
 
+def goal_lines(model: str, times: dict[str, list[float]]) -> list[str]:
+    """Issue 30's goals, judged from one run: throughput is the inverse of the step time."""
+    median = {v: statistics.median(t) for v, t in times.items()}
+    lines = []
+    for variant, goal in (("autotune", "autotuned steady state"),
+                          (FIRST, "warm cache, first steps")):
+        best = _over_grid_best(median, variant) if variant in median else None
+        if best:
+            share = 1 / best
+            lines.append(f"# goal: {model} {goal} >= 0.95 x the grid best's throughput: "
+                         f"{share:.2f} ({'met' if share >= 0.95 else 'missed'})")
+    own, tuned = times.get("defaults (autotune job)"), times.get("autotune")
+    if own and tuned:
+        # "never below the defaults by more than the measured spread": the spread is the
+        # defaults' own range between rounds, as a share of their median
+        base = statistics.median(own)
+        spread = (max(own) - min(own)) / base
+        share = base / statistics.median(tuned)
+        lines.append(f"# goal: {model} autotune's throughput >= the defaults' - their spread "
+                     f"({1 - spread:.2f}): {share:.2f} "
+                     f"({'met' if share >= 1 - spread else 'missed'})")
+    return lines
+
+
 # Each variant's defaults: the same job's (jobs run minutes apart on a shared machine).
+# Steps 2 to --steps + 1 of a job, timed as they come: with the warm cache, and without
+# (the autotune job's, on the defaults while it takes its warmup samples: the start-up
+# costs every job's first steps carry, to compare the warm cache's with).
+FIRST, COLD = "warm cache, first steps", "autotune job, first steps"
 TWIN = {"defaults": "defaults", "grid best": "defaults",
         "defaults (autotune job)": "defaults (autotune job)",
-        "autotune": "defaults (autotune job)"}
+        "autotune": "defaults (autotune job)", COLD: "defaults (autotune job)",
+        "defaults (warm job)": "defaults (warm job)", FIRST: "defaults (warm job)",
+        "warm cache": "defaults (warm job)"}
 ORDER = tuple(TWIN)
 
 
@@ -302,26 +345,44 @@ def rank_main(argv: list[str]) -> int:
     else:
         import numpy as np
 
-        taken = 0
+        # Steps 2 to steps + 1 are timed as they come (the first tells the tuner the job's
+        # shape and runs on the defaults, with the job's start-up costs), in the same loop
+        # in both jobs: the cache is keyed by a step's tensors.
+        first, started, taken = None, 0.0, 0
         while taken < options["tune_steps"]:
             work.step()
             taken += 1
+            if taken == 1:
+                started = time.perf_counter()
+            if taken == steps + 1:
+                mine = np.array([(time.perf_counter() - started) / steps])
+                first = float(hvd.allreduce(mine, op=hvd.Max, name="bench.first")[0])
             tuner = getattr(engine, "tuner", None)
             done = np.array([1 if rank0 and (tuner is None or tuner.phase.name == "DONE")
                              else 0])
-            if hvd.allreduce(done, op=hvd.Max, name="bench.settled")[0]:
+            settled = hvd.allreduce(done, op=hvd.Max, name="bench.settled")[0]
+            if settled and first is not None:
                 break
             if taken % 50 == 0:
                 say(f"autotune: {taken} steps, {tuner.phase.value if rank0 and tuner else ''}")
         say(f"autotune settled after {taken} steps")
-        result["tune_steps"] = taken
+        result["tune_steps" if mode == "autotune" else "warm_steps"] = taken
         from gcurun.runtime.autotune.knobs import start_knobs
 
         defaults = start_knobs(state.current_state().env).to_json()
         # (every rank holds the same history; the last entry is what it settled on)
         chosen = engine.knob_history[-1][2] if engine.knob_history else defaults
-        variants = {"defaults (autotune job)": defaults, "autotune": chosen}
-        take_turns(variants)
+        if first is None:       # (--tune-steps not above --steps)
+            raise SystemExit(f"autotune-bench: the {mode} job ended its tuning loop "
+                             f"before {steps + 1} steps; give --tune-steps above --steps")
+        if mode == "autotune":
+            take_turns({"defaults (autotune job)": defaults, "autotune": chosen})
+            result["times"][COLD] = [first]
+            result["settings"][COLD] = "its warmup samples': the defaults"
+        else:
+            take_turns({"defaults (warm job)": defaults, "warm cache": chosen})
+            result["times"][FIRST] = [first]
+            result["settings"][FIRST] = "the cache's, from the second step on"
     hvd.shutdown()
     if rank0:
         out.write_text(json.dumps(result))
@@ -335,15 +396,15 @@ def progress(message: str) -> None:
 
 
 def job_argv(cluster: Any, layout: Layout, model: str, mode: str, args: argparse.Namespace,
-             out: Path, options: dict[str, Any]) -> list[str]:
+             out: Path, options: dict[str, Any], cache: Path) -> list[str]:
     import shlex
 
     spec = ",".join(f"h{i + 1}:{layout.per_host}" for i in range(layout.hosts))
     argv = [sys.executable, "-m", "gcurun", "-np", str(layout.ranks), "-H", spec,
             "--ssh-config", str(cluster.ssh_config), "--ssh-timeout", "120",
             "-x", f"PYTHONPATH={ROOT}"]
-    if mode == "autotune":
-        argv += ["--autotune", *shlex.split(args.autotune_args)]
+    if mode in ("autotune", "warm"):
+        argv += ["--autotune", "--autotune-cache", str(cache), *shlex.split(args.autotune_args)]
     settings = out.with_suffix(".options.json")
     settings.write_text(json.dumps(options))
     return [*argv, sys.executable, str(Path(__file__).resolve()), RANK_FLAG, model, mode,
@@ -404,18 +465,20 @@ def run(args: argparse.Namespace) -> list[tuple[Layout, list[ModelResult]]]:
                     options = {"steps": args.steps, "rounds": args.rounds,
                                "screen_steps": args.screen_steps,
                                "tune_steps": args.tune_steps, "points": points}
-                    for mode in ("grid", "autotune"):
+                    cache = Path(tmp) / f"{layout.label}-{model}.cache.json"
+                    for mode in ("grid", "autotune", "warm"):
                         out = Path(tmp) / f"{layout.label}-{model}-{mode}.json"
                         progress(f"{layout.label} {model}: {mode}" + (
                             f" ({len(points)} points)" if mode == "grid" else ""))
                         started = time.monotonic()
                         got = run_job(job_argv(cluster, layout, model, mode, args, out,
-                                               options), args.job_seconds)
+                                               options, cache), args.job_seconds)
                         progress(f"{layout.label} {model}: {mode} done in "
                                  f"{time.monotonic() - started:.0f} s")
                         entry.times.update(got["times"])
                         entry.settings.update(got["settings"])
                         entry.tune_steps = got.get("tune_steps", entry.tune_steps)
+                        entry.warm_steps = got.get("warm_steps", entry.warm_steps)
                     entry.times = {v: entry.times[v] for v in ORDER if v in entry.times}
                     models.append(entry)
                 sys.stdout.write(format_table(layout, cluster.link_rate_bits, models) + "\n")
@@ -433,6 +496,7 @@ def main(argv: Sequence[str]) -> int:
     if argv and argv[0] == RANK_FLAG:
         return rank_main(list(argv[1:]))
     args = parse_args(argv)
+    exit_on_sigterm()
     try:
         results = run(args)
     except BenchmarkError as exc:
@@ -442,7 +506,8 @@ def main(argv: Sequence[str]) -> int:
         args.json.write_text(json.dumps([{
             "hosts": layout.hosts, "ranks_per_host": layout.per_host,
             "models": {m.model: {"times": m.times, "settings": m.settings,
-                                 "tune_steps": m.tune_steps} for m in models}}
+                                 "tune_steps": m.tune_steps, "warm_steps": m.warm_steps}
+                       for m in models}}
             for layout, models in results], indent=1) + "\n")
     return 0
 

@@ -689,13 +689,18 @@ def wait_for_quit(jobs: dict[str, Job]) -> None:
                                  f"{job.tail()}")
 
 
-def main(argv: Sequence[str]) -> int:
-    args = parse_args(argv)
-
+def exit_on_sigterm() -> None:
+    """SIGTERM raises SystemExit, so that the jobs' process groups are ended and the
+    namespace hosts taken down on the way out (the default action would skip both)."""
     def terminated(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminated)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    exit_on_sigterm()
     try:
         results = run(args)
     except BenchmarkError as exc:

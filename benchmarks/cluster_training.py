@@ -64,6 +64,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.cluster_allreduce import (  # noqa: E402
     BenchmarkError,
     Layout,
+    exit_on_sigterm,
     open_mpi_transport,
     parse_layouts,
     prepare_cluster,
@@ -355,11 +356,7 @@ def main(argv: Sequence[str]) -> int:
 
         return rank_main(list(argv[1:]))
     args = parse_args(argv)
-
-    def terminated(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)      # (the hosts are taken down on the way out)
-
-    signal.signal(signal.SIGTERM, terminated)
+    exit_on_sigterm()
     try:
         results, alone = run(args)
     except BenchmarkError as exc:
