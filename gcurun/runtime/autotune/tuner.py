@@ -33,6 +33,10 @@ from gcurun.runtime.settings import AutotuneEnv
 log = logging.getLogger("gcurun.autotune")
 
 
+# Fresh samples each of the search's best and of the starting settings before settling.
+CONFIRM_ROUNDS = 2
+
+
 class Phase(Enum):
     LEARN = "learning the traffic"
     CHECK = "re-checking the cached settings"
@@ -213,30 +217,31 @@ class Tuner:
         return None
 
     def _confirm_best(self) -> Knobs | None:
-        """The budget is spent: one more sample of the best and one of the starting
-        settings, so that one lucky sample on a noisy machine does not decide alone;
-        the higher mean of each one's samples wins."""
+        """The budget is spent: the best and the starting settings are measured again,
+        ``CONFIRM_ROUNDS`` fresh samples each, in turns (best, start, best, start), and
+        the search's own samples are left out: on a noisy machine the best of many
+        samples is the luckiest as often as the fastest. The best is kept only when its
+        fresh mean is higher than the starting settings'."""
         assert self.best is not None
-        best, score = self.best
+        best, _ = self.best
         if best == self.start or self.start_score is None:
             return self._settle(retuned=True)
         self.phase = Phase.CONFIRM
-        self._confirm = [best, self.start]
-        self._confirm_scores = {best: [score], self.start: [self.start_score]}
+        self._confirm = [best, self.start] * CONFIRM_ROUNDS
+        self._confirm_scores = {best: [], self.start: []}
         self._skip, self._scores = 1, []
         return self._switch(best)
 
     def _confirmed(self, score: float) -> Knobs | None:
-        self._confirm_scores.setdefault(self.current, []).append(score)
-        if self.current in self._confirm:
-            self._confirm.remove(self.current)
+        self._confirm_scores[self._confirm.pop(0)].append(score)
         if self._confirm:
             self._skip, self._scores = 1, []
             return self._switch(self._confirm[0])
         means = {k: statistics.mean(v) for k, v in self._confirm_scores.items()}
-        chosen = max(means, key=means.__getitem__)
         log.debug("re-measured: %s", ", ".join(f"{k.describe()}: {v / 1e6:.1f} MB/s"
                                                 for k, v in means.items()))
+        best = next(k for k in means if k != self.start)
+        chosen = best if means[best] > means[self.start] else self.start
         self.best = (chosen, means[chosen])
         return self._settle(retuned=True)
 

@@ -233,13 +233,28 @@ def test_a_log_file_that_cannot_be_written_is_bad_input(tmp_path):
 
 def test_one_lucky_sample_does_not_decide_alone(tmp_path):
     # The budget is spent with a best whose one sample was lucky: it and the starting
-    # settings are measured once more, and the higher mean wins.
+    # settings are measured twice more each, in turns, and only those fresh samples count
+    # (the lucky 10.0 would have made the best's mean the higher one).
     tuner = Tuner(config(tmp_path, log_file=None), START, frozenset(), SHAPE)
     lucky = START.with_params({"fusion_threshold_mb": 2.0})
     tuner.phase, tuner.samples = Phase.TUNE, 6
     tuner.current, tuner.best, tuner.start_score = lucky, (lucky, 10.0), 5.0
     assert tuner._confirm_best() is None            # (it runs lucky already)
     assert tuner.phase == Phase.CONFIRM
-    assert tuner._sampled(1.0) == START             # lucky again: 1.0 (mean 5.5)
-    assert tuner._sampled(7.0) is None              # the start: 7.0 (mean 6.0) wins
-    assert tuner.phase == Phase.DONE and tuner.best == (START, 6.0)
+    assert tuner._sampled(6.0) == START             # lucky: 6.0
+    assert tuner._sampled(6.5) == lucky             # the start: 6.5
+    assert tuner._sampled(6.2) == START             # lucky: 6.2 (mean 6.1)
+    assert tuner._sampled(6.3) is None              # the start: 6.3 (mean 6.4) wins
+    assert tuner.phase == Phase.DONE and tuner.best == (START, pytest.approx(6.4))
+
+
+def test_the_best_is_kept_when_its_fresh_samples_beat_the_start(tmp_path):
+    tuner = Tuner(config(tmp_path, log_file=None), START, frozenset(), SHAPE)
+    better = START.with_params({"fusion_threshold_mb": 2.0})
+    tuner.phase, tuner.samples = Phase.TUNE, 6
+    tuner.current, tuner.best, tuner.start_score = better, (better, 9.0), 5.0
+    tuner._confirm_best()
+    for score in (8.0, 5.0, 8.0):
+        assert tuner._sampled(score) is not None    # (each turn switches the knobs)
+    assert tuner._sampled(5.0) == better            # 8.0 against 5.0: the best settles
+    assert tuner.phase == Phase.DONE and tuner.best == (better, 8.0)
