@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import mmap
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from gcurun.runtime.api import ReduceOp
+from gcurun.runtime.halfmath import HALF, HALF_COMBINES, divide_half, multiply_half
 
 # Wire codes of the supported dtypes. The order is part of the protocol between ranks.
 DTYPES: tuple[np.dtype, ...] = tuple(np.dtype(t) for t in (
@@ -25,6 +27,19 @@ UFUNCS: dict[ReduceOp, np.ufunc] = {
     ReduceOp.MAX: np.maximum,
     ReduceOp.PRODUCT: np.multiply,
 }
+
+# How a reduction combines two blocks: ``combine(a, b, out=None)``, as a numpy ufunc
+# is called (and for most dtypes it is one).
+Combine = Callable[..., Any]
+
+
+def combine(op: ReduceOp, dtype: np.dtype) -> Combine:
+    """What combines two blocks of ``dtype`` for ``op``: the ufunc of :data:`UFUNCS`,
+    or for float16 its fast twin of :mod:`gcurun.runtime.halfmath` (the same bits)."""
+    ufunc = UFUNCS[op]
+    if dtype == HALF:
+        return HALF_COMBINES.get(ufunc, ufunc)
+    return ufunc
 
 
 def dtype_code(dtype: np.dtype) -> int:
@@ -99,7 +114,9 @@ def scale_into(src: np.ndarray, factor: float, out: np.ndarray) -> None:
     """``out = src * factor``, as Horovod scales on a CPU: float16 computes in float32
     (numpy alone would round the factor to half precision first), integer dtypes in
     float64, truncating toward zero; other dtypes in their own precision."""
-    if src.dtype.kind == "f" and src.dtype.itemsize == 2:
+    if src.dtype == HALF:
+        if multiply_half(src, factor, out):
+            return
         np.multiply(src, np.float32(factor), out=out, dtype=_HALF_MATH, casting="unsafe")
     else:
         np.multiply(src, factor, out=out, casting="unsafe")
@@ -123,5 +140,5 @@ def average(arr: np.ndarray, size: int, postscale: float) -> None:
         scale(arr, postscale)
     elif postscale != 1.0 or size & (size - 1) == 0:
         scale(arr, postscale / size)
-    else:
+    elif arr.dtype != HALF or not divide_half(arr, size):
         np.divide(arr, size, out=arr, casting="unsafe")

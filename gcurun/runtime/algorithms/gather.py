@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gcurun.runtime.api import Transport
+from gcurun.runtime.dtypes import Combine
 
 
 def bruck_allgather(t: Transport, block: np.ndarray, work: np.ndarray,
@@ -28,7 +29,7 @@ def bruck_allgather(t: Transport, block: np.ndarray, work: np.ndarray,
     out[:r * width] = work[split:p * width]
 
 
-def gather_allreduce(t: Transport, send: np.ndarray, out: np.ndarray, ufunc: np.ufunc,
+def gather_allreduce(t: Transport, send: np.ndarray, out: np.ndarray, ufunc: Combine,
                      scratch: np.ndarray | None = None) -> None:
     """``out`` = reduction of every rank's ``send`` (``out`` may be ``send``), by gathering
     every rank's tensor and reducing in rank order: the same bits on every rank, in
@@ -48,7 +49,7 @@ def gather_allreduce(t: Transport, send: np.ndarray, out: np.ndarray, ufunc: np.
     reduce_blocks(ufunc, list(blocks), out)
 
 
-def reduce_blocks(ufunc: np.ufunc, blocks: Sequence[np.ndarray], out: np.ndarray) -> None:
+def reduce_blocks(ufunc: Combine, blocks: Sequence[np.ndarray], out: np.ndarray) -> None:
     """``out`` = blocks[0] op blocks[1] op ... in rank order (identical on every rank)."""
     if len(blocks) == 1:
         out[...] = blocks[0]

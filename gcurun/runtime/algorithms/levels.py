@@ -26,6 +26,7 @@ from gcurun.runtime.algorithms.pieces import Finish, Pieces
 from gcurun.runtime.algorithms.ring import cut
 from gcurun.runtime.algorithms.segments import Segment, even_counts, to_segments
 from gcurun.runtime.api import Buffer, Transport
+from gcurun.runtime.dtypes import Combine
 
 Mode = Literal["auto", "on", "off"]     # two levels: when faster, whenever possible, never
 Phase = Callable[[str, bool], None]  # told when each level starts and ends
@@ -194,7 +195,7 @@ class TwoLevels:
         self.cross = Subgroup(transport, layout.cross_ranks(transport.rank))
         self._together = getattr(transport, "sendrecv_together", None)
 
-    def allreduce(self, pieces: Pieces, ufunc: np.ufunc, tmp: np.ndarray,
+    def allreduce(self, pieces: Pieces, ufunc: Combine, tmp: np.ndarray,
                   finish: Finish | None = None, phase: Phase | None = None,
                   spare: Callable[[int], np.ndarray] | None = None) -> None:
         """Every output = ``finish`` of the reduction of its input over every rank.
@@ -246,7 +247,7 @@ class TwoLevels:
         for sends, dest, recvs, source in calls:
             self.t.sendrecv_parts(sends, dest, recvs, source)
 
-    def _slice(self, pieces: Pieces, total: int, ufunc: np.ufunc, tmp: np.ndarray,
+    def _slice(self, pieces: Pieces, total: int, ufunc: Combine, tmp: np.ndarray,
                finish: Finish | None, track: _Levels):
         """The exchanges of one slice of ``total`` elements, one per yield (the same
         number on every rank), reducing what arrived after each."""
@@ -272,7 +273,7 @@ class TwoLevels:
 
 
 def _reduce_scatter(group: Subgroup, pieces: Pieces, segments: Sequence[Segment],
-                    ufunc: np.ufunc, tmp: np.ndarray, finish: Finish | None, widest: int):
+                    ufunc: Combine, tmp: np.ndarray, finish: Finish | None, widest: int):
     """The ring's reduce-scatter (see :func:`.ring.ring_reduce_scatter`) as exchanges
     to yield: a chunk each, as many per step as the widest segment needs on any rank."""
     p, r = group.size, group.rank

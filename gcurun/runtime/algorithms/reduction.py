@@ -32,7 +32,7 @@ from gcurun.runtime.algorithms.ring import (
 )
 from gcurun.runtime.algorithms.segments import even_counts, pair_halves, to_segments
 from gcurun.runtime.api import Transport
-from gcurun.runtime.dtypes import aligned_empty
+from gcurun.runtime.dtypes import Combine, aligned_empty
 from gcurun.runtime.transport.prepared import prepared_sendrecv, release_sendrecv
 
 # Up to this size a single tensor is gathered and reduced locally: ceil(log2 p)
@@ -110,7 +110,7 @@ class Reducer:
         self._runs: tuple[Callable[[], None], Callable[[], None]] | None = None
         self._last: weakref.ref | None = None
 
-    def allreduce(self, pieces: Pieces, ufunc: np.ufunc, finish: Finish | None = None,
+    def allreduce(self, pieces: Pieces, ufunc: Combine, finish: Finish | None = None,
                   phase: Phase | None = None, key: Any = None) -> None:
         """Every output = ``finish`` of the reduction over all ranks of its input.
 
@@ -169,7 +169,7 @@ class Reducer:
         if phase is not None:
             phase("RING_ALLGATHER", False)
 
-    def _pair(self, src: np.ndarray, out: np.ndarray, ufunc: np.ufunc,
+    def _pair(self, src: np.ndarray, out: np.ndarray, ufunc: Combine,
               finish: Finish | None, phase: Phase | None, key: Any) -> None:
         """The ring of two: halves swapped, reduced, swapped back."""
         t = self.t

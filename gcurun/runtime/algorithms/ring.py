@@ -20,6 +20,7 @@ import numpy as np
 from gcurun.runtime.algorithms.pieces import Finish, Pieces
 from gcurun.runtime.algorithms.segments import Segment, to_segments
 from gcurun.runtime.api import InFlight, Transport
+from gcurun.runtime.dtypes import Combine
 
 # Reducing on arrival: what has come of a chunk is reduced in pieces of at least this
 # many bytes (fewer calls into numpy, each on data still in cache). With the default
@@ -41,7 +42,7 @@ def streams(t: Transport, dest: int, source: int) -> bool:
 
 
 def ring_reduce_scatter(t: Transport, pieces: Pieces, segments: Sequence[Segment],
-                        ufunc: np.ufunc, tmp: np.ndarray, finish: Finish | None = None,
+                        ufunc: Combine, tmp: np.ndarray, finish: Finish | None = None,
                         spare: np.ndarray | None = None,
                         stream_bytes: int = STREAM_BYTES) -> None:
     """Rank r ends with segment r reduced into the outputs. Segments travel in chunks of
@@ -122,7 +123,7 @@ class _Step:
         return _Chunk(incoming, arrived, flight)
 
 
-def _reduce_arriving(current: _Chunk, ufunc: np.ufunc, finish: Finish | None,
+def _reduce_arriving(current: _Chunk, ufunc: Combine, finish: Finish | None,
                     then: Callable[[], _Chunk] | None) -> _Chunk | None:
     """Reduce what ``current`` received into its outputs (and ``finish`` them), piece by
     piece as it arrives when its exchange is in flight. ``then`` (the next exchange,
@@ -150,7 +151,7 @@ def _reduce_arriving(current: _Chunk, ufunc: np.ufunc, finish: Finish | None,
 
 
 def _reduce_range(incoming: Sequence[tuple[np.ndarray, np.ndarray]],
-                  arrived: Sequence[np.ndarray], lo: int, hi: int, ufunc: np.ufunc,
+                  arrived: Sequence[np.ndarray], lo: int, hi: int, ufunc: Combine,
                   finish: Finish | None) -> None:
     """Reduce elements [lo, hi) of a chunk (its parts taken together)."""
     position = 0
@@ -225,7 +226,7 @@ def allgather(t: Transport, out: np.ndarray, segments: Sequence[Segment]) -> Non
 
 
 def reduce_scatter(t: Transport, send: np.ndarray, counts: Sequence[int], out: np.ndarray,
-                   ufunc: np.ufunc, tmp: np.ndarray, scratch: np.ndarray) -> None:
+                   ufunc: Combine, tmp: np.ndarray, scratch: np.ndarray) -> None:
     """``out`` = rank r's segment (``counts[r]`` elements) of the reduction of ``send``.
     ``scratch`` holds the largest segment (the other segments' sums pass through it)."""
     if t.size == 1:

@@ -38,7 +38,7 @@ import numpy as np
 from gcurun.errors import CollectiveError
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp, Transport
-from gcurun.runtime.dtypes import UFUNCS
+from gcurun.runtime.dtypes import combine
 from gcurun.runtime.engine._results import deliver, finish_reduction
 from gcurun.runtime.engine.auto_names import AutoNames
 from gcurun.runtime.engine.decision import CycleDecision, ProtocolError
@@ -433,8 +433,8 @@ class Cycles:
         in rank order (the same bits on every rank, as the executor's gather-reduce)."""
         rop = ReduceOp(agreed.rop)
         out = op.src if op.inplace else np.empty(agreed.elements, agreed.dtype)
-        alg.reduce_blocks(UFUNCS[rop], self.controller.inline_blocks(agreed.dtype,
-                                                                     agreed.elements), out)
+        alg.reduce_blocks(combine(rop, agreed.dtype),
+                          self.controller.inline_blocks(agreed.dtype, agreed.elements), out)
         finish_reduction(out, rop, self.size, agreed.postscale)
         if self.timeline is not None:
             self.timeline.activity(agreed.name, "INLINE_REDUCE", start_ns,

@@ -20,7 +20,7 @@ import numpy as np
 from gcurun.runtime import algorithms as alg
 from gcurun.runtime.algorithms import HostLayout, Part, Pieces, Reducer, TwoLevelMode
 from gcurun.runtime.api import ReduceOp, Transport
-from gcurun.runtime.dtypes import UFUNCS, aligned_empty, scale, scale_into
+from gcurun.runtime.dtypes import Combine, aligned_empty, combine, scale, scale_into
 from gcurun.runtime.engine import fusion
 from gcurun.runtime.engine._results import deliver as shape_result
 from gcurun.runtime.engine._results import finish_reduction
@@ -224,10 +224,11 @@ class Executor:
             else:
                 self._span(members, name, marks[name], time.monotonic_ns())
 
-        self.reducer.allreduce(pieces, UFUNCS[rop], finisher(rop, self.size, postscale),
+        self.reducer.allreduce(pieces, combine(rop, members[0][0].dtype),
+                               finisher(rop, self.size, postscale),
                                phase if self.timeline is not None else None)
 
-    def allreduce_now(self, tensor: np.ndarray, inplace: bool, ufunc: np.ufunc,
+    def allreduce_now(self, tensor: np.ndarray, inplace: bool, ufunc: Combine,
                       finish: alg.Finish | None) -> np.ndarray:
         """A single agreed allreduce of this rank's contiguous ``tensor`` (no prescaling),
         outside a cycle's batches: the engine's quick cycle. In place, the tensor may be
@@ -331,7 +332,7 @@ class Executor:
         row = math.prod(shape[1:])
         counts = [n * row for n in rows]
         out = np.empty((rows[self.rank],) + shape[1:], dtype)
-        alg.reduce_scatter(self.t, src, counts, out.reshape(-1), UFUNCS[rop],
+        alg.reduce_scatter(self.t, src, counts, out.reshape(-1), combine(rop, dtype),
                            self.scratch.chunk(dtype), np.empty(max(counts), dtype))
         finish_reduction(out, rop, self.size, agreed.postscale)
         return out

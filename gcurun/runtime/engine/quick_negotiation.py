@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from gcurun.runtime.api import ReduceOp
-from gcurun.runtime.dtypes import DTYPE_CODES, NO_DTYPE, UFUNCS
+from gcurun.runtime.dtypes import DTYPE_CODES, NO_DTYPE, combine
 from gcurun.runtime.engine._results import finish_reduction
 from gcurun.runtime.engine.blocks import HEAD_WORDS, INLINE_BYTES
 from gcurun.runtime.engine.coordination import Coordination
@@ -36,7 +36,7 @@ class QuickPlan:
         # The signature as the caller gives it, compared by identity on every call.
         self.dtype, self.shape, self.op = tensor.dtype, tensor.shape, op
         self.rop = rop
-        self.ufunc = UFUNCS[rop]
+        self.ufunc = combine(rop, tensor.dtype)
         self.postscale = postscale
         self.finish = rop == ReduceOp.AVERAGE or postscale != 1.0
         self.finisher = None            # the finish as a function of the output

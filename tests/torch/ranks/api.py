@@ -8,6 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
@@ -123,6 +124,37 @@ class Checks(Tally):
         ints = self.values(r, (5,), torch.int64)
         self.equal(hvd.allreduce(ints, op=hvd.Sum, compression=hvd.Compression.fp16),
                    self.total((5,), torch.int64), "fp16 compression leaves integers alone")
+        self.half_bits()
+
+    def half_bits(self) -> None:
+        """Large float16 reductions (torch's kernels in the runtime) are numpy's float16
+        arithmetic, the same bits on every rank: random bit patterns (subnormals,
+        infinities, NaNs) and a compressed gradient."""
+        r, p = self.rank, self.size
+
+        def bits(k: int) -> np.ndarray:
+            return np.random.default_rng(k).integers(0, 1 << 16, 100_003, np.uint16)
+
+        with np.errstate(all="ignore"):
+            for op, fold in ((hvd.Sum, np.add), (hvd.Product, np.multiply)):
+                got = hvd.allreduce(torch.from_numpy(bits(r).view(np.float16)), op=op,
+                                    name=f"half bits {op}").numpy().view(np.uint16)
+                every = hvd.allgather_object(got.tobytes())
+                self.ok(all(b == every[0] for b in every), f"float16 {op}: same bits")
+                if p == 2:      # (the operands' order decides only which NaN survives)
+                    want = fold(bits(0).view(np.float16), bits(1).view(np.float16))
+                    nan = np.isnan(want)
+                    self.ok(np.array_equal(np.isnan(got.view(np.float16)), nan)
+                            and np.array_equal(got[~nan], want.view(np.uint16)[~nan]),
+                            f"float16 {op}: numpy's bits")
+            grads = [torch.from_numpy(np.random.default_rng(9 + k).standard_normal(50_001)
+                                      .astype(np.float32)) for k in range(p)]
+            got = hvd.allreduce(grads[r], compression=hvd.Compression.fp16, name="half avg")
+            if p == 2:
+                halves = [g.numpy().astype(np.float16) for g in grads]
+                want = (np.add(*halves) * np.float32(0.5)).astype(np.float16)
+                self.ok(torch.equal(got, torch.from_numpy(want.astype(np.float32))),
+                        "fp16 compression: numpy's average")
 
     def reducescatter(self) -> None:
         r, p = self.rank, self.size
