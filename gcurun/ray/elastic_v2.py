@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gcurun.launch.elastic.config import COOLDOWN_LOWER_LIMIT, COOLDOWN_UPPER_LIMIT, ElasticConfig
+from gcurun.launch.elastic.config import ElasticConfig, cooldown_problem
 from gcurun.launch.elastic.runner import ElasticJobFailed
 from gcurun.ray._calls import _Call, check_extra_env
 from gcurun.ray._elastic import ElasticJob, RayElasticRunner, discovery_function, rank_ordered
@@ -132,14 +132,9 @@ def _check_cooldown(cooldown_range: Sequence[int] | None) -> tuple[int, int] | N
     if len(cooldown_range) != 2:
         raise RayUsageError(f"{given}: give (MIN, MAX) seconds")
     low, high = int(cooldown_range[0]), int(cooldown_range[1])
-    if low < COOLDOWN_LOWER_LIMIT:
-        raise RayUsageError(f"{given}: the lower limit {low} cannot be lower than "
-                            f"{COOLDOWN_LOWER_LIMIT} s")
-    if high > COOLDOWN_UPPER_LIMIT:
-        raise RayUsageError(f"{given}: the upper limit {high} cannot be higher than "
-                            f"{COOLDOWN_UPPER_LIMIT} s")
-    if low > high:
-        raise RayUsageError(f"{given}: MIN is above MAX; give MIN first")
+    problem = cooldown_problem(low, high)
+    if problem:
+        raise RayUsageError(f"{given}: {problem}")
     return low, high
 
 

@@ -123,6 +123,21 @@ def test_a_bad_elastic_section_is_bad_input(capsys, tmp_path, text, message):
     assert err == "gcurun: error: " + message.format(p=profile) + "\n"
 
 
+@pytest.mark.parametrize("low, high, problem", [
+    ("0", "10", "the lower limit 0 cannot be lower than 1 s"),
+    ("5", "4000", "the upper limit 4000 cannot be higher than 3600 s"),
+    ("9", "5", "MIN is above MAX; give MIN first"),
+])
+def test_a_cooldown_range_out_of_horovods_bounds_is_bad_input(capsys, hosts_script, low,
+                                                              high, problem):
+    """The same words as RayExecutor(cooldown_range=...) (tests/ray/test_arguments.py)."""
+    code, out, err = gcurun(capsys, "--min-np", "1", "--host-discovery-script",
+                            str(hosts_script), "--blacklist-cooldown-range", low, high,
+                            "--dry-run", "true")
+    assert (code, out) == (2, "")
+    assert err == f"gcurun: error: --blacklist-cooldown-range {low} {high}: {problem}\n"
+
+
 def test_a_profiles_elastic_section_is_unused_by_a_static_job(capsys, tmp_path):
     """As the mpi section is unused by a local job: one profile serves both kinds."""
     profile = tmp_path / "p.yaml"

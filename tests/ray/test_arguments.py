@@ -55,6 +55,11 @@ def test_elastic_arguments_are_checked_with_horovods_words():
         "RayExecutor(max_workers=2) is below min_workers=3; give max_workers of at least 3")
     assert refused(min_workers=1, cooldown_range=(0, 10)) == (
         "RayExecutor(cooldown_range=(0, 10)): the lower limit 0 cannot be lower than 1 s")
+    assert refused(min_workers=1, cooldown_range=(5, 4000)) == (
+        "RayExecutor(cooldown_range=(5, 4000)): the upper limit 4000 cannot be higher than "
+        "3600 s")
+    assert refused(min_workers=1, cooldown_range=(9, 5)) == (
+        "RayExecutor(cooldown_range=(9, 5)): MIN is above MAX; give MIN first")
     assert refused(min_workers=1, num_hosts=2) == (
         "RayExecutor(min_workers=1, num_hosts=2): an elastic job takes the hosts discovery "
         "finds; drop num_hosts")

@@ -1,6 +1,7 @@
 """gcurun.runtime.tensorflow on real rank processes, on both backends: the collectives
 (eager, tf.function, TF1 sessions), TF2 and TF1 training, and Keras 3 model.fit, each
-against a 1-rank run on the full batch."""
+against a 1-rank run on the full batch; the three in one job (ranks/binding.py), each
+reported by a test of its own."""
 
 from __future__ import annotations
 
@@ -36,23 +37,54 @@ def _all_ok(job, size: int) -> None:
         assert len(job.lines(f"rank {rank} of {size} ok")) == 1, job.stdout + job.stderr
 
 
+def _part_ok(job, size: int, part: str) -> None:
+    """``part``'s checks passed on every rank of a ranks/binding.py job."""
+    for rank in range(size):
+        assert len(job.lines(f"{part}: rank {rank} of {size} ok")) == 1, \
+            job.stdout + job.stderr
+
+
+@pytest.fixture(scope="module")
+def binding_job(tmp_path_factory: pytest.TempPathFactory):
+    """One job of ranks/binding.py per (backend, size), shared by the three tests below:
+    TensorFlow starts once per rank for the collectives, training and Keras parts."""
+    jobs = {}
+
+    def job(backend: str, size: int):
+        if (backend, size) not in jobs:
+            directory = tmp_path_factory.mktemp(f"binding-{backend}-{size}")
+            jobs[backend, size] = run_job(backend, size, str(RANKS / "binding.py"),
+                                          str(directory), timeout=400)
+        return jobs[backend, size]
+    return job
+
+
+# The three share one job (binding_job): under xdist they run in one worker.
+shares_the_job = pytest.mark.xdist_group("tensorflow-binding")
+
+
+@shares_the_job
 @pytest.mark.parametrize(("backend", "size"), ONE_AND_TWO)
-def test_every_collective_eagerly_in_functions_and_in_sessions(backend: str,
-                                                               size: int) -> None:
-    _all_ok(run_job(backend, size, str(RANKS / "collectives.py"), timeout=300), size)
+def test_every_collective_eagerly_in_functions_and_in_sessions(backend: str, size: int,
+                                                               binding_job) -> None:
+    _part_ok(binding_job(backend, size), size, "collectives")
 
 
+@shares_the_job
 @pytest.mark.parametrize(("backend", "size"), TWO_MPI_LONG)
-def test_tape_and_tf1_training_match_one_rank_on_the_full_batch(backend: str,
-                                                                size: int) -> None:
-    _all_ok(run_job(backend, size, str(RANKS / "training.py"), timeout=300), size)
+def test_tape_and_tf1_training_match_one_rank_on_the_full_batch(backend: str, size: int,
+                                                                binding_job) -> None:
+    _part_ok(binding_job(backend, size), size, "training")
 
 
+@shares_the_job
 @pytest.mark.parametrize(("backend", "size"), TWO_MPI_LONG)
 def test_keras_fit_matches_one_rank_on_the_full_batch(backend: str, size: int,
-                                                      tmp_path: Path) -> None:
-    _all_ok(run_job(backend, size, str(RANKS / "keras_fit.py"), str(tmp_path),
-                    timeout=300), size)
+                                                      binding_job) -> None:
+    """The last part; then the job ended well: every rank's exit status 0."""
+    job = binding_job(backend, size)
+    _part_ok(job, size, "keras_fit")
+    assert job.returncodes == [0] * size, job.stdout + job.stderr
 
 
 @pytest.mark.parametrize(("backend", "size"), [

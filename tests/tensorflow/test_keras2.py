@@ -59,6 +59,12 @@ def test_keras_2_optimizers_and_callbacks_when_tf_keras_is_keras_2() -> None:
     ]
 
 
+@pytest.mark.long
 def test_keras_3_as_before_otherwise() -> None:
+    """In -m long. By default Keras 3 (the default Keras) is covered by
+    test_jobs.py::test_keras_fit_matches_one_rank_on_the_full_batch (the binding's
+    DistributedOptimizer and callbacks in model.fit, backward_passes_per_step=2 accepted
+    and trained) and test_units.py::test_a_keras_optimizer_keeps_its_class_configuration_and_state
+    (the wrapped optimizer is the Keras 3 optimizer's class)."""
     assert run_check(legacy=False) == [
         "legacy False", "optimizer True SGD", "callback True", "passes accepted"]

@@ -1,5 +1,6 @@
 """The examples as users run them: the training script at 1 and 2 ranks (same global
-batch, so the losses must follow each other), its checkpoints, and the benchmark."""
+batch, so the losses must follow each other), its checkpoints (written by the same 2-rank
+job), and the benchmark."""
 
 from __future__ import annotations
 
@@ -48,11 +49,28 @@ def test_the_training_example_is_a_horovod_script_but_for_its_import() -> None:
     assert used and used <= HOROVOD_TORCH, used - HOROVOD_TORCH
 
 
-def test_two_ranks_follow_one_rank_on_the_same_global_batch() -> None:
+TWO_RANKS = (*SMALL, "--max-steps", "8", "--batch-size", "32", "--lr", "0.01")
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory):
+    """One 2-rank job of the example, one epoch, writing checkpoints: the job the two
+    tests below share, and its checkpoint directory."""
+    directory = tmp_path_factory.mktemp("checkpoints")
+    job = run_job("tcp", 2, TRAIN, *TWO_RANKS, "--epochs", "1", "--checkpoint-dir",
+                  str(directory), timeout=120)
+    return job, directory
+
+
+# The two share one job (two_ranks): under xdist they run in one worker.
+shares_the_job = pytest.mark.xdist_group("torch-examples")
+
+
+@shares_the_job
+def test_two_ranks_follow_one_rank_on_the_same_global_batch(two_ranks) -> None:
     one = run_job("local", 1, TRAIN, *SMALL, "--epochs", "1", "--max-steps", "8",
                   "--batch-size", "64", "--lr", "0.02", timeout=120)
-    two = run_job("tcp", 2, TRAIN, *SMALL, "--epochs", "1", "--max-steps", "8",
-                  "--batch-size", "32", "--lr", "0.01", timeout=120)
+    two, _ = two_ranks
     assert one.returncodes == [0] and two.returncodes == [0, 0], one.stderr + two.stderr
     single, double = losses(one.stdout), losses(two.stdout)
     assert len(single) == 8 and single.keys() == double.keys(), one.stdout + two.stdout
@@ -63,16 +81,17 @@ def test_two_ranks_follow_one_rank_on_the_same_global_batch() -> None:
     assert len(two.lines("test loss")) == 1, "only rank 0 reports"
 
 
-def test_rank_0_writes_checkpoints_and_the_job_resumes_from_them(tmp_path: Path) -> None:
-    args = (*SMALL, "--max-steps", "3", "--checkpoint-dir", str(tmp_path))
-    first = run_job("tcp", 2, TRAIN, *args, "--epochs", "1", timeout=120)
+@shares_the_job
+def test_rank_0_writes_checkpoints_and_the_job_resumes_from_them(two_ranks) -> None:
+    first, directory = two_ranks
     assert first.returncodes == [0, 0], first.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1.pt"]
-    again = run_job("tcp", 2, TRAIN, *args, "--epochs", "2", timeout=120)
+    assert sorted(p.name for p in directory.iterdir()) == ["checkpoint-1.pt"]
+    again = run_job("tcp", 2, TRAIN, *TWO_RANKS, "--epochs", "2", "--checkpoint-dir",
+                    str(directory), timeout=120)
     assert again.returncodes == [0, 0], again.stderr
     assert {epoch for epoch, _ in losses(again.stdout)} == {1}, again.stdout
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1.pt",
-                                                          "checkpoint-2.pt"]
+    assert sorted(p.name for p in directory.iterdir()) == ["checkpoint-1.pt",
+                                                           "checkpoint-2.pt"]
 
 
 @pytest.mark.mpi

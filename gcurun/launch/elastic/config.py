@@ -39,6 +39,18 @@ class ElasticConfig:
         return self.start_np if self.start_np is not None else self.min_np
 
 
+def cooldown_problem(low: int, high: int) -> str | None:
+    """What is wrong with a blacklist cooldown of ``low`` to ``high`` seconds (Horovod's
+    bounds), or None; each caller raises it as its own error, after the value it quotes."""
+    if low < COOLDOWN_LOWER_LIMIT:
+        return f"the lower limit {low} cannot be lower than {COOLDOWN_LOWER_LIMIT} s"
+    if high > COOLDOWN_UPPER_LIMIT:
+        return f"the upper limit {high} cannot be higher than {COOLDOWN_UPPER_LIMIT} s"
+    if low > high:
+        return "MIN is above MAX; give MIN first"
+    return None
+
+
 def elastic_config(settings: Settings) -> ElasticConfig:
     """The driver's config from ``settings.elastic`` and ``settings.np`` (the ranks to
     start with), checked together.
@@ -79,15 +91,9 @@ def elastic_config(settings: Settings) -> ElasticConfig:
     cooldown = e.blacklist_cooldown_range
     if cooldown is not None:
         low, high = cooldown
-        given = f"{name('blacklist_cooldown_range')} {low} {high}"
-        if low < COOLDOWN_LOWER_LIMIT:
-            raise UsageError(f"{given}: the lower limit {low} cannot be lower than "
-                             f"{COOLDOWN_LOWER_LIMIT} s")
-        if high > COOLDOWN_UPPER_LIMIT:
-            raise UsageError(f"{given}: the upper limit {high} cannot be higher than "
-                             f"{COOLDOWN_UPPER_LIMIT} s")
-        if low > high:
-            raise UsageError(f"{given}: MIN is above MAX; give MIN first")
+        problem = cooldown_problem(low, high)
+        if problem:
+            raise UsageError(f"{name('blacklist_cooldown_range')} {low} {high}: {problem}")
     return ElasticConfig(min_np=min_np, max_np=max_np, start_np=np, default_slots=e.slots,
                          elastic_timeout=float(e.timeout), reset_limit=e.reset_limit,
                          cooldown=(cooldown[0], cooldown[1]) if cooldown else None)

@@ -310,11 +310,17 @@ class Trainer(Tally):
                 "creating the state of a fresh optimizer leaves the parameters alone")
 
 
-def main() -> None:
-    hvd.init()
+def run() -> int:
+    """Every case, in a job already joined; the number of checks passed."""
     trainer = Trainer()
     trainer.cases()
-    print(f"rank {hvd.rank()} of {hvd.size()} ok: {trainer.count} checks", flush=True)
+    return trainer.count
+
+
+def main() -> None:
+    hvd.init()
+    count = run()
+    print(f"rank {hvd.rank()} of {hvd.size()} ok: {count} checks", flush=True)
     hvd.shutdown()
 
 
