@@ -1,15 +1,17 @@
-"""The Spark task of an elastic job (``run_elastic``): an agent that offers its task
-slot to the driver and runs the workers the driver's elastic runner starts there.
+"""The Spark task of an elastic job (``run_elastic``) or of an mpirun job (``run`` with
+``use_mpi``): an agent that offers its task slot to the driver and runs what the driver
+starts there: the workers of the elastic runner, or an MPI daemon
+(:mod:`gcurun.spark._mpi`).
 
 Each agent connects to the driver's agent service, proves it knows the job's secret,
 says where it runs (its executor's host address and the executor, by the pid of its
 JVM), and then obeys frames: ``start`` a worker (``python -m
 gcurun.launch.remote.run_function`` with the environment the driver planned, over the
-executor's own), ``stop`` it, ``done`` (the job is over). It forwards each worker's
-stdout and stderr (``output`` frames, the bytes after each) and then reports its exit.
-A worker runs in its own session and gets SIGKILL when its agent's Python worker dies
-(the executor lost, the task killed): the driver sees the agent's connection drop and
-re-forms the job without that executor.
+executor's own, or the command line the frame gives), ``stop`` it, ``done`` (the job
+is over). It forwards each worker's stdout and stderr (``output`` frames, the bytes
+after each) and then reports its exit. A worker runs in its own session and gets
+SIGKILL when its agent's Python worker dies (the executor lost, the task killed): the
+driver sees the agent's connection drop and re-forms the job without that executor.
 """
 
 from __future__ import annotations
@@ -147,7 +149,8 @@ class Agent:
                 except (OSError, wire.WireError):
                     return
                 if frame.get("op") == "start":
-                    self.start(int(frame["worker"]), dict(frame["env"]))
+                    self.start(int(frame["worker"]), dict(frame["env"]),
+                               frame.get("argv"))
                 elif frame.get("op") == "stop":
                     self.stop(int(frame["worker"]))
                 elif frame.get("op") == "done":
@@ -156,11 +159,16 @@ class Agent:
             for worker in list(self.workers):
                 self.stop(worker)
 
-    def start(self, worker: int, planned: Mapping[str, str]) -> None:
+    def start(self, worker: int, planned: Mapping[str, str],
+              argv: list[str] | None = None) -> None:
+        """Start worker ``worker``: a rank (``python -m run_function``), or ``argv`` when
+        the driver gives one (an MPI daemon's command line, under ``use_mpi``)."""
         env = merged_environment(os.environ, planned, {}, shared=self.job.shared)
+        command = [str(a) for a in argv] if argv else \
+            [self.job.executable or sys.executable, "-m", rank_side.__name__]
         try:
             process = subprocess.Popen(
-                [self.job.executable or sys.executable, "-m", rank_side.__name__], env=env,
+                command, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, preexec_fn=death_signal_setter(signal.SIGKILL))
         except OSError as exc:

@@ -48,6 +48,7 @@ class AgentInfo:
     ident: int
     host: str               # the executor's host address
     executor: int           # the executor's JVM pid on that host
+    partition: int = -1     # its Spark task's partition
 
     @property
     def slot_host(self) -> str:
@@ -73,6 +74,9 @@ class AgentService:
             lambda *_: None
         self.on_lost: Callable[[tuple[int, ...], str], None] = lambda *_: None
         self.on_output: Callable[[int, str, bytes], None] = lambda *_: None
+        # A connection that asks for a command on a host (gcurun's rsh agent under
+        # ``run(use_mpi=True)``) is handed over: ``on_launch(conn, hello)`` serves it.
+        self.on_launch: Callable[[socket.socket, dict], None] | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -94,6 +98,11 @@ class AgentService:
             for info, _ in self._agents.values():
                 counts[info.slot_host] = counts.get(info.slot_host, 0) + 1
         return tuple(HostSpec(name, slots=n) for name, n in counts.items())
+
+    def registered(self) -> list[AgentInfo]:
+        """Every registered agent, in the order they registered."""
+        with self._lock:
+            return [info for info, _ in self._agents.values()]
 
     def agents_of(self, slot_host: str) -> list[AgentInfo]:
         with self._lock:
@@ -168,13 +177,17 @@ class AgentService:
         if not accept_channel(conn, self._secret, MAGIC, LABEL, deadline):
             return None
         hello = wire.recv_frame(conn, deadline)
+        if hello.get("op") == "launch" and self.on_launch is not None:
+            self.on_launch(conn, hello)
+            return None
         if hello.get("op") != "agent":
             return None
         with self._lock:
             if self._closed:
                 wire.send_all(conn, wire.encode_frame({"op": "done"}), deadline)
                 return None
-            info = AgentInfo(self._next, str(hello["host"]), int(hello["executor"]))
+            info = AgentInfo(self._next, str(hello["host"]), int(hello["executor"]),
+                             int(hello.get("partition", -1)))
             self._next += 1
             self._agents[info.ident] = (info, conn)
         log.info("agent %d registered on executor %s", info.ident, info.slot_host)

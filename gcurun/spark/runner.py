@@ -39,11 +39,8 @@ TIMEOUT_VARIABLE = "GCURUN_TIMEOUT_SECONDS"
 POLL_SECONDS = 0.5
 # How long the Spark job may take to end once every rank returned, or once cancelled.
 END_SECONDS = 60.0
-USE_MPI_REFUSED = (
-    "gcurun.spark.run(use_mpi=True): mpirun jobs on Spark are not built (mpirun would "
-    "have to start its daemons inside the Spark tasks, through an rsh agent that asks each "
-    "host's task to run them); leave use_mpi out or False, and the ranks use gcurun's tcp "
-    "runtime, or run the job outside Spark with gcurun --mpi -H HOSTS")
+USE_BOTH_REFUSED = ("gcurun.spark.run(use_mpi=True, use_gloo=True): the two exclude each "
+                    "other; give one (use_gloo: gcurun's tcp runtime, use_mpi: mpirun)")
 # How long the driver waits for the last output of the ranks of a job that failed (the
 # ranks that ended, then those of the cancelled tasks).
 OUTPUT_SECONDS = 10.0
@@ -115,9 +112,11 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     ``start_timeout`` (default 600 s, or HOROVOD_SPARK_START_TIMEOUT) bounds the start
     of every rank: a barrier stage waits for ``num_proc`` free task slots at once.
     ``nics`` (an interface name or CIDR) is the network the ranks' tcp runtime uses.
-    ``use_gloo`` is the default; ``use_mpi=True`` is refused (SparkUsageError: not
-    built, see docs/spark.md);
-    ``extra_mpi_args`` is accepted for Horovod's code and unused. Every line a rank
+    ``use_gloo`` (the default) is gcurun's tcp runtime; ``use_mpi=True`` starts the
+    ranks with mpirun on the driver (Open MPI), whose daemons run inside the stage's
+    tasks (Open MPI's rsh agent asks each host's task to start its daemon), with
+    ``extra_mpi_args`` added to mpirun's; the ranks then use the runtime's mpi backend
+    (see docs/spark.md). Every line a rank
     writes reaches ``stdout`` / ``stderr`` (file objects; default: the driver's
     sys.stdout / sys.stderr) with the rank's prefix, as gcurun's launcher shows it
     (``[1] text``), after the time the driver got it when
@@ -133,8 +132,8 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
 
     from gcurun.launch.remote.run_function import pack_call
 
-    if use_mpi:
-        raise SparkUsageError(USE_MPI_REFUSED)
+    if use_mpi and use_gloo:
+        raise SparkUsageError(USE_BOTH_REFUSED)
     context = SparkContext._active_spark_context
     if context is None:
         raise SparkUsageError("gcurun.spark.run: no active Spark session; create one "
@@ -149,10 +148,17 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (),
                               "values") from None
     host = driver_address(context)
     if verbose:
-        sys.stderr.write(f"gcurun.spark.run: {size} ranks in a barrier stage; driver "
-                         f"services on {host}\n")
+        sys.stderr.write(f"gcurun.spark.run: {size} ranks in a barrier stage"
+                         f"{', started by mpirun' if use_mpi else ''}; driver services "
+                         f"on {host}\n")
     sink = OutputSink(stdout or sys.stdout, stderr or sys.stderr,
                       timestamps=bool(prefix_output_with_timestamp))
+    if use_mpi:
+        from gcurun.spark._mpi import run_mpi
+
+        network = network_environment(nics)
+        return run_mpi(context, payload, size, host, timeout, dict(env or {}), executable,
+                       sink, extra_mpi_args, next(iter(network.values()), None))
     return _run(context, payload, size, host, timeout,
                 {**network_environment(nics), **dict(env or {})}, executable, sink)
 

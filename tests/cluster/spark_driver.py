@@ -26,7 +26,7 @@ def job(session: Any, spec: dict) -> dict:
     else:
         results = gcurun.spark.run(fn, args=tuple(spec.get("args", ())),
                                    num_proc=spec["num_proc"], start_timeout=300, verbose=0,
-                                   stdout=out)
+                                   stdout=out, use_mpi=spec.get("use_mpi"))
     return {"results": results, "stdout": out.getvalue()}
 
 

@@ -19,9 +19,23 @@ def where():
     found = {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
              "host": os.environ["GCURUN_HOSTNAME"],
              "netns": os.stat("/proc/self/ns/net").st_ino, "sum": float(total[0]),
-             "pid": os.getpid()}
+             "pid": os.getpid(), "ancestors": ancestors()}
     print(f"rank {hvd.rank()} on {found['host']}")     # reaches the driver's stdout
     hvd.shutdown()
+    return found
+
+
+def ancestors():
+    """The command lines of this process's ancestors, parent first."""
+    found, pid = [], os.getppid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            break
     return found
 
 

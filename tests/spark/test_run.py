@@ -84,18 +84,16 @@ def test_every_line_of_every_rank_reaches_the_drivers_files_whole_and_stamped(sp
         == [("0", "rank 0 warns"), ("1", "rank 1 warns")]
 
 
-def test_use_mpi_is_refused_with_what_to_do_instead():
+def test_use_mpi_and_use_gloo_together_are_refused():
     pytest.importorskip("pyspark")
     import gcurun.spark
     from gcurun.spark import SparkUsageError
 
     with pytest.raises(SparkUsageError) as caught:
-        gcurun.spark.run(print, use_mpi=True)
+        gcurun.spark.run(print, use_mpi=True, use_gloo=True)
     assert str(caught.value) == (
-        "gcurun.spark.run(use_mpi=True): mpirun jobs on Spark are not built (mpirun would "
-        "have to start its daemons inside the Spark tasks, through an rsh agent that asks "
-        "each host's task to run them); leave use_mpi out or False, and the ranks use "
-        "gcurun's tcp runtime, or run the job outside Spark with gcurun --mpi -H HOSTS")
+        "gcurun.spark.run(use_mpi=True, use_gloo=True): the two exclude each other; give "
+        "one (use_gloo: gcurun's tcp runtime, use_mpi: mpirun)")
 
 
 def _fail_on_rank_one(value):
