@@ -34,15 +34,16 @@ import os
 import pickle
 import shlex
 import shutil
+import signal
 import socket
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from gcurun.errors import LaunchError, RanksFailedError
+from gcurun.errors import JobInterrupted, LaunchError, RanksFailedError
 from gcurun.launch.api import ExecutorErrorEvent
 from gcurun.launch.function_service import FunctionService
 from gcurun.launch.supervision.output import OutputSink
@@ -193,7 +194,7 @@ def run_mpi(context: Any, payload: bytes, size: int, host: str, timeout: float,
         job.start(context)
         hosts = wait_for_tasks(agents, job, size, timeout)
         return _mpirun(hosts, service, relay, job, host, secret, env, executable, sink,
-                       extra_mpi_args, nics)
+                       extra_mpi_args, nics, timeout)
     finally:
         agents.close()
         if job is not None and not job.done.wait(END_SECONDS):
@@ -221,7 +222,8 @@ def mpirun_settings(hosts: list[str], size: int, env: Mapping[str, str],
 
 def _mpirun(hosts: list[str], service: FunctionService, relay: DaemonRelay, job: Any,
             host: str, secret: bytes, env: Mapping[str, str], executable: str | None,
-            sink: OutputSink, extra_mpi_args: str | None, nics: str | None) -> list[Any]:
+            sink: OutputSink, extra_mpi_args: str | None, nics: str | None,
+            timeout: float) -> list[Any]:
     from gcurun.launch.mpi.command import mpirun_program, probe_mpi_flavour
     from gcurun.launch.mpi.install import program_environment
     from gcurun.launch.remote import run_function as rank_side
@@ -243,9 +245,15 @@ def _mpirun(hosts: list[str], service: FunctionService, relay: DaemonRelay, job:
                                + extra, nics)
     secrets = {rank_side.ADDRESS_VARIABLE: wire.show_address((host, service.port)),
                rank_side.SECRET_VARIABLE: secret.hex()}
+    late: list[str] = []        # why the ranks' start deadline stopped mpirun, if it did
     try:
         _supervise(python, settings, flavour, secrets,
-                   {RELAY_VARIABLE: wire.show_address(relay.agents.address)}, sink, job)
+                   {RELAY_VARIABLE: wire.show_address(relay.agents.address)}, sink, job,
+                   lambda: service.started, timeout, late)
+    except JobInterrupted as exc:
+        if exc.signum == signal.SIGINT:      # Ctrl-C: mpirun is stopped; as without MPI
+            raise KeyboardInterrupt from exc
+        raise
     except RanksFailedError as exc:
         # mpirun does not always say which rank failed first (its message can be
         # missing): a rank whose function raised is the root cause whatever it said.
@@ -257,6 +265,9 @@ def _mpirun(hosts: list[str], service: FunctionService, relay: DaemonRelay, job:
             raise error from error.__cause__
         if job.done.is_set():
             raise spark_ended(job, exc) from exc
+        if late:
+            raise LaunchError(f"gcurun.spark.run: {late[0]}; mpirun was stopped ({exc})") \
+                from exc
         raise
     ranks = list(range(size))
     if not service.wait_for(ranks, OUTCOME_WAIT_SECONDS):
@@ -274,10 +285,14 @@ def spark_ended(job: Any, exc: RanksFailedError) -> SparkJobFailed:
 
 
 def _supervise(python: str, settings: Any, flavour: Any, secrets: Mapping[str, str],
-               launcher_env: Mapping[str, str], sink: OutputSink, job: Any) -> None:
+               launcher_env: Mapping[str, str], sink: OutputSink, job: Any,
+               started: Callable[[], set[int]], timeout: float, late: list[str]) -> None:
     """mpirun under gcurun's supervision (what :func:`gcurun.launch.execute.execute` does
     for ``gcurun --mpi``), its own environment with ``launcher_env`` added (never the
-    ranks'), stopped when the Spark job ends first."""
+    ranks'), stopped when the Spark job ends first, or when ``timeout`` seconds after its
+    start some rank has not fetched its function (``started()``: the ranks that did; a
+    daemon that never came up leaves mpirun waiting with no deadline of its own; why goes
+    into ``late``)."""
     from gcurun.launch.execute import signals_to
     from gcurun.launch.mpi.rank_group import MpiRankGroup, mpi_command
     from gcurun.launch.prepare import prepare
@@ -294,11 +309,20 @@ def _supervise(python: str, settings: Any, flavour: Any, secrets: Mapping[str, s
         events = EventQueue()
         over = threading.Event()
 
-        def watch() -> None:     # the Spark job ended (cancelled) before mpirun did
+        def watch() -> None:
+            deadline = time.monotonic() + timeout
             while not over.wait(0.2):
-                if job.done.is_set():
+                if job.done.is_set():       # the Spark job ended (cancelled) before mpirun
                     events.put(ExecutorErrorEvent(tuple(r.rank for r in plan.ranks),
                                                   "the Spark job of the ranks' tasks ended"))
+                    return
+                missing = sorted({r.rank for r in plan.ranks} - started())
+                if missing and time.monotonic() > deadline:
+                    late.append(f"rank(s) {', '.join(map(str, missing))} did not start "
+                                f"within start_timeout={timeout:g} s of mpirun's start (an "
+                                "MPI daemon that did not come up); give a longer "
+                                "start_timeout if the executors are slow")
+                    events.put(ExecutorErrorEvent(tuple(missing), late[0]))
                     return
 
         with signals_to(events):

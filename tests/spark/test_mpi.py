@@ -142,3 +142,36 @@ def test_ending_the_rsh_agent_stops_its_daemon_in_the_task(relay, tmp_path):
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.mark.long
+def test_a_use_mpi_job_cancelled_from_spark_stops_mpirun_and_its_ranks(spark, tmp_path):
+    from gcurun.spark import SparkJobFailed
+    from tests.spark.test_run import _run_in_thread, _starts
+
+    thread, outcome = _run_in_thread(args=(str(tmp_path),), num_proc=2, use_mpi=True)
+    wait_for("both ranks to start", lambda: len(_starts(tmp_path)) == 2, timeout=120)
+    spark.sparkContext.cancelAllJobs()
+    thread.join(120)
+    assert isinstance(outcome.get("error"), SparkJobFailed), outcome
+    assert survivors([pid for _, pid, _ in _starts(tmp_path)], timeout=60) == []
+
+
+@pytest.mark.long
+def test_ranks_that_never_start_end_the_job_at_start_timeout(spark, tmp_path):
+    # The ranks' program never fetches its function (as when an MPI daemon does not come
+    # up): mpirun itself would wait for ever; start_timeout after its start, the job ends,
+    # naming the ranks, and nothing of it is left.
+    import gcurun.spark
+    from gcurun.errors import GcurunError
+
+    stuck = tmp_path / "python"
+    stuck.write_text("#!/bin/sh\necho $$ >> \"$0.pids\"\nexec sleep 600\n")
+    stuck.chmod(0o755)
+    with pytest.raises(GcurunError) as caught:
+        gcurun.spark.run(_fail_on_rank_one, args=(7,), num_proc=2, use_mpi=True,
+                         start_timeout=30, verbose=0, executable=str(stuck),
+                         stdout=io.StringIO(), stderr=io.StringIO())
+    assert "did not start within start_timeout=30 s of mpirun's start" in str(caught.value)
+    pids = [int(p) for p in (tmp_path / "python.pids").read_text().split()]
+    assert len(pids) == 2 and survivors(pids, timeout=60) == []
