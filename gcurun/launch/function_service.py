@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gcurun.errors import LaunchError
@@ -33,6 +33,33 @@ class Outcome:
     ok: bool
     data: bytes
 
+
+
+def listen(host: str, backlog: int) -> socket.socket:
+    """A socket listening on ``host`` at a free port (an IPv6 one takes IPv4 too).
+    Raises OSError."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((host, 0))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def stop_serving(listener: socket.socket | None, conns: Iterable[socket.socket] = ()) -> None:
+    """Shut ``conns`` down (their peers see the end) and stop ``listener``."""
+    for conn in conns:
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
+    if listener is not None:
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
 
 class FunctionService:
     """Serves ``payload`` (a pickled function) to ranks ``0..size-1`` on ``host``.
@@ -65,18 +92,11 @@ class FunctionService:
         return int(self._listener.getsockname()[1])
 
     def start(self) -> None:
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            sock.bind((self._host, 0))
-            sock.listen(min(self._size, 1024))
+            self._listener = listen(self._host, min(self._size, 1024))
         except OSError as exc:
-            sock.close()
             raise LaunchError(f"gcurun.run cannot serve its function on {self._host}: "
                               f"{exc.strerror or exc}") from None
-        self._listener = sock
         threading.Thread(target=self._accept, name="gcurun-run-service", daemon=True).start()
 
     def close(self) -> None:
@@ -85,13 +105,7 @@ class FunctionService:
             self._closed = True
             self._lock.notify_all()
             conns, self._conns = self._conns, set()
-        for conn in conns:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        if self._listener is not None:
-            with contextlib.suppress(OSError):
-                self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
+        stop_serving(self._listener, conns)
 
     def wait_for(self, ranks: list[int], timeout: float) -> bool:
         """Whether every rank of ``ranks`` has sent its outcome within ``timeout``."""

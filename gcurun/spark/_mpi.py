@@ -178,8 +178,8 @@ def run_mpi(context: Any, payload: bytes, size: int, host: str, timeout: float,
     import functools
 
     from gcurun.rendezvous.wire import new_secret
+    from gcurun.spark._job import SparkJob
     from gcurun.spark.agent import AgentJob, run_agent
-    from gcurun.spark.runner import SparkJob
 
     secret = new_secret()
     service = FunctionService(payload, size, secret, host)
@@ -227,7 +227,7 @@ def _mpirun(hosts: list[str], service: FunctionService, relay: DaemonRelay, job:
     from gcurun.launch.mpi.command import mpirun_program, probe_mpi_flavour
     from gcurun.launch.mpi.install import program_environment
     from gcurun.launch.remote import run_function as rank_side
-    from gcurun.spark.runner import function_error
+    from gcurun.spark._job import function_error
 
     size = len(hosts)
     python = executable or sys.executable

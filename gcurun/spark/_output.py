@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from gcurun.launch.api import OutputEvent
+from gcurun.launch.function_service import listen, stop_serving
 from gcurun.launch.remote.run_function import recv_blob, send_blob
 from gcurun.rendezvous import wire
 
@@ -179,11 +180,7 @@ class OutputService:
         return self._host, int(self._listener.getsockname()[1])
 
     def start(self) -> None:
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.bind((self._host, 0))
-        sock.listen(128)
-        self._listener = sock
+        self._listener = listen(self._host, 128)
         threading.Thread(target=self._accept, daemon=True, name="gcurun-spark-output").start()
 
     def write(self, event: OutputEvent) -> None:
@@ -210,13 +207,7 @@ class OutputService:
         """Stop listening and drop the connections still open (their ranks are gone)."""
         with self._cond:
             conns, self._conns = self._conns, set()
-        for conn in conns:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        if self._listener is not None:
-            with contextlib.suppress(OSError):
-                self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
+        stop_serving(self._listener, conns)
 
     def _accept(self) -> None:
         assert self._listener is not None

@@ -12,7 +12,6 @@ retried agent task, joins at the next generation.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import io
@@ -31,6 +30,7 @@ from gcurun.hosts.api import HostSpec
 from gcurun.launch.api import ExecutorErrorEvent, ExitEvent, OutputEvent
 from gcurun.launch.elastic.records import Assignment
 from gcurun.launch.elastic.runner import ElasticRunner
+from gcurun.launch.function_service import listen, stop_serving
 from gcurun.rendezvous import wire
 from gcurun.spark._output import accept_channel
 from gcurun.spark.agent import LABEL, LIVENESS_SECONDS, MAGIC, AgentJob, read_frame, run_agent
@@ -84,11 +84,7 @@ class AgentService:
         return self._host, int(self._listener.getsockname()[1])
 
     def start(self) -> None:
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.bind((self._host, 0))
-        sock.listen(128)
-        self._listener = sock
+        self._listener = listen(self._host, 128)
         threading.Thread(target=self._accept, daemon=True, name="gcurun-spark-agents").start()
 
     def hosts(self) -> tuple[HostSpec, ...]:
@@ -129,10 +125,7 @@ class AgentService:
             agents = list(self._agents)
         for agent in agents:
             self.send(agent, {"op": "done"})
-        if self._listener is not None:
-            with contextlib.suppress(OSError):
-                self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
+        stop_serving(self._listener)
 
     def connected(self) -> int:
         with self._lock:
@@ -330,14 +323,14 @@ def run_elastic(fn: Callable[..., Any], args: tuple[Any, ...] = (),
     from gcurun.launch.remote.rank_env import ANY_ADDRESS
     from gcurun.launch.supervision.output import OutputSink
     from gcurun.rendezvous.wire import new_secret
-    from gcurun.spark.api import SparkStartTimeout, SparkUsageError
-    from gcurun.spark.runner import (
+    from gcurun.spark._job import (
         SparkJob,
         check_num_proc,
         check_timeout,
         driver_address,
         network_environment,
     )
+    from gcurun.spark.api import SparkStartTimeout, SparkUsageError
 
     context = SparkContext._active_spark_context
     if context is None:
