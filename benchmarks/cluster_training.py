@@ -35,9 +35,14 @@ With ``--backends`` naming mpi (and mpirun on PATH), a second job per torch mode
 times gcurun-mpi alone: its peer's and floor's times are the tcp job's, a job apart.
 
 A round times ``--steps`` steps after ``--warmup`` untimed ones; its step time is the
-slowest rank's mean. One rank alone (a job of one rank on h1, the floor only) gives each
-model's single-rank step: scaling efficiency is that time over a variant's step time
-(samples per second per rank relative to one rank; every rank has the same batch). The
+slowest rank's mean. ``--phases`` adds, per layout, where the tcp jobs' steps went: each
+variant's CPU time per step (every thread of the rank's process) and, for gcurun's
+variants, the engine's time in ring passes, transfers and reductions (the mean over ranks
+of each rank's median round). ``--timeline DIR`` has gcurun write each tcp job's engine
+trace there (``gcurun timeline summary FILE`` reads it). One rank alone (a job of one rank
+on h1, the floor only) gives each model's single-rank step: scaling efficiency is that
+time over a variant's step time (samples per second per rank relative to one rank; every
+rank has the same batch). The
 namespace hosts share this machine's cores: a layout with more ranks than cores is
 CPU-bound, and the table says so.
 """
@@ -129,6 +134,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--cluster", type=Path, default=None,
                         help="state directory of namespace hosts built already")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument("--phases", action="store_true",
+                        help="also time where the tcp jobs' steps go: CPU per step, and "
+                             "gcurun's ring passes, transfers and reductions")
+    parser.add_argument("--timeline", type=Path, default=None, metavar="DIR",
+                        help="write each tcp job's engine trace to DIR/LAYOUT-MODEL.json")
     parser.add_argument("--job-seconds", type=float, default=1800.0,
                         help="deadline of one job (default 1800)")
     args = parser.parse_args(list(argv))
@@ -154,6 +164,8 @@ class ModelResult:
     model: str
     params: int = 0
     times: dict[str, list[float]] = field(default_factory=dict)
+    # Per rank, per variant, per column (Phases.COLUMNS): seconds per step, per round.
+    phases: list[dict[str, dict[str, list[float]]]] = field(default_factory=list)
 
 
 @dataclass
@@ -198,6 +210,47 @@ def format_table(result: LayoutResult, alone: dict[str, float]) -> str:
     return "\n".join([*lines, "", *goal_lines(result)]) + "\n"
 
 
+PHASE_COLUMNS = ("cpu", "rings", "transfers", "reductions")
+
+
+def phase_medians(model: ModelResult) -> dict[str, dict[str, float]]:
+    """Per variant and column: each rank's median round, averaged over the ranks."""
+    medians: dict[str, dict[str, float]] = {}
+    for variant in model.times:
+        ranks = [record[variant] for record in model.phases if variant in record]
+        if ranks:
+            medians[variant] = {c: statistics.fmean(statistics.median(r[c]) for r in ranks)
+                                for c in PHASE_COLUMNS}
+    return medians
+
+
+def format_phases(result: LayoutResult) -> str:
+    """Where the steps went (``--phases``): per model and variant, ms per step."""
+    rows = [(name, variant, statistics.median(model.times[variant]), row)
+            for name, model in result.models.items()
+            for variant, row in phase_medians(model).items()]
+    if not rows:
+        return ""
+    lines = [f"# where the steps went, {result.layout.label}: ms per step (mean over ranks "
+             "of each rank's median round); CPU = every thread of the rank's process, CPU / step = "
+             "the cores a rank kept busy",
+             "",
+             "| model | variant | step | CPU | CPU / step | rings | transfers | reductions "
+             "| rings' rest | step outside rings |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, variant, step, row in rows:
+        ms = {c: row[c] * 1e3 for c in PHASE_COLUMNS}
+        if not ms["rings"]:
+            engine = "- | - | - | - | -"
+        else:
+            rest = ms["rings"] - ms["transfers"] - ms["reductions"]
+            engine = (f"{ms['rings']:.1f} | {ms['transfers']:.1f} | "
+                      f"{ms['reductions']:.1f} | {rest:.1f} | {step * 1e3 - ms['rings']:.1f}")
+        lines.append(f"| {name} | {variant} | {step * 1e3:.1f} | {ms['cpu']:.1f} | "
+                     f"{row['cpu'] / step:.2f} | {engine} |")
+    return "\n".join(lines) + "\n"
+
+
 def goal_lines(result: LayoutResult) -> list[str]:
     """Issue 31's goals on this layout, each met or missed, with the ratio (medians)."""
     layout, lines = result.layout, []
@@ -236,7 +289,8 @@ def as_json(results: list[LayoutResult], alone: dict[str, float]) -> dict[str, A
     return {"one_rank_seconds": alone, "layouts": [{
         "hosts": r.layout.hosts, "ranks_per_host": r.layout.per_host, "cores": r.cores,
         "link_rate_bits": r.rate_bits, "load_average": list(r.load),
-        "models": {name: {"params": m.params, "batch": BATCH[name], "times": m.times}
+        "models": {name: {"params": m.params, "batch": BATCH[name], "times": m.times,
+                          **({"phases": m.phases} if m.phases else {})}
                    for name, m in r.models.items()}} for r in results]}
 
 
@@ -257,10 +311,14 @@ def job_argv(cluster: Any, layout: Layout, model: str, backend: str,
     else:
         gcurun += ["--master-addr", cluster.host("h1").address,
                    "-x", "GLOO_SOCKET_IFNAME=eth0"]
+        if args.timeline is not None and layout.ranks > 1:
+            gcurun += ["--timeline-filename",
+                       str(args.timeline.resolve() / f"{layout.label}-{model}.json")]
+    extra = ["--phases"] if args.phases and backend == "tcp" and layout.ranks > 1 else []
     return [*gcurun, sys.executable, str(Path(__file__).resolve()), RANK_FLAG, model,
             "--variants", ",".join(variants), "--steps", str(args.steps),
             "--warmup", str(args.warmup), "--rounds", str(args.rounds),
-            "--threads", str(args.threads), "--out", str(out)]
+            "--threads", str(args.threads), *extra, "--out", str(out)]
 
 
 def run_job(argv: list[str], seconds: float) -> dict[str, Any]:
@@ -305,6 +363,8 @@ def run(args: argparse.Namespace) -> tuple[list[LayoutResult], dict[str, float]]
             progress(f"mpi left out: {exc}")
             backends.remove("mpi")
     cores = len(os.sched_getaffinity(0))
+    if args.timeline is not None:
+        args.timeline.mkdir(parents=True, exist_ok=True)
     cluster, built = prepare_cluster(args, max(layout.hosts for layout in args.layouts))
     results: list[LayoutResult] = []
     alone: dict[str, float] = {}
@@ -333,7 +393,8 @@ def run(args: argparse.Namespace) -> tuple[list[LayoutResult], dict[str, float]]
                 for model in args.models:
                     kind = "keras" if model == "keras-mlp" else "torch"
                     got = job(layout, model, "tcp", JOB_VARIANTS[kind])
-                    entry = ModelResult(model, got["params"], dict(got["times"]))
+                    entry = ModelResult(model, got["params"], dict(got["times"]),
+                                        got.get("phases") or [])
                     if kind == "torch" and "mpi" in backends:
                         entry.times["gcurun-mpi"] = \
                             job(layout, model, "mpi", ["gcurun-mpi"])["times"]["gcurun-mpi"]
@@ -341,6 +402,8 @@ def run(args: argparse.Namespace) -> tuple[list[LayoutResult], dict[str, float]]
                 result.load = (result.load[0], os.getloadavg()[0])
                 results.append(result)
                 sys.stdout.write(format_table(result, alone) + "\n")
+                if args.phases:
+                    sys.stdout.write(format_phases(result) + "\n")
                 sys.stdout.flush()
     finally:
         if built:

@@ -3,7 +3,10 @@ taking turns, and rank 0 writes every round's time (the slowest rank's mean per 
 ``--out``.
 
     cluster_training.py --rank-of MODEL --variants gcurun-tcp,gcurun-tcp-fp16,ddp,floor --steps 10
-        --warmup 2 --rounds 5 --threads 1 --out FILE
+        --warmup 2 --rounds 5 --threads 1 [--phases] --out FILE
+
+With ``--phases`` every rank also records, per variant and round, what its timed steps
+spent (:class:`Phases`), and rank 0 writes every rank's record beside the times.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import random
 import socket
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,58 @@ def bridge_address(peer: str) -> str:
 
 
 
+class Phases:
+    """Where a variant's timed steps went, per round, on this rank: the process's CPU
+    seconds per step (every thread: the step itself, gcurun's engine, gloo's or
+    TensorFlow's collectives) and, for gcurun's variants, the seconds per step its engine
+    spent in ring passes, and within them in transfers and in reductions
+    (benchmarks/engine_phases.py's :class:`Clock`).
+
+    :meth:`wrap` records every call of a variant's step; :meth:`timed` wraps a turn's
+    timing and keeps the turn's last ``steps`` calls (the timed ones, after warm-up)."""
+
+    COLUMNS = ("cpu", "rings", "transfers", "reductions")
+
+    def __init__(self, steps: int, clock: Any = None) -> None:
+        if clock is None:
+            from benchmarks.engine_phases import Clock
+
+            clock = Clock()
+            clock.install()
+        self.steps = steps
+        self.clock = clock
+        self.rounds: dict[str, dict[str, list[float]]] = {}
+        self._turn: tuple[str, list[dict[str, float]]] | None = None
+
+    def wrap(self, name: str, run: Callable[[], Any]) -> Callable[[], Any]:
+        spent = self.clock.spent
+
+        def recorded() -> Any:
+            before, cpu = dict(spent), time.process_time()
+            result = run()
+            row = {"cpu": time.process_time() - cpu,
+                   **{column: spent[column] - before[column] for column in before}}
+            if self._turn is None or self._turn[0] != name:
+                self._turn = (name, [])
+            self._turn[1].append(row)
+            return result
+        return recorded
+
+    def timed(self, inner: Callable[[Callable[[], Any]], float]
+              ) -> Callable[[Callable[[], Any]], float]:
+        def timed(run: Callable[[], Any]) -> float:
+            seconds = inner(run)
+            if self._turn is not None:
+                name, rows = self._turn
+                rows = rows[-self.steps:]
+                record = self.rounds.setdefault(name, {c: [] for c in self.COLUMNS})
+                for column in self.COLUMNS:
+                    record[column].append(sum(row[column] for row in rows) / len(rows))
+                self._turn = None
+            return seconds
+        return timed
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
@@ -49,6 +105,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, required=True)
     parser.add_argument("--rounds", type=int, required=True)
     parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--phases", action="store_true")
     parser.add_argument("--out", type=Path, required=True)
     return parser.parse_args(argv)
 
@@ -74,9 +131,32 @@ def measure(variants: list[str], runs: dict[str, Callable[[], Any]], timed: Call
 
 
 def write(args: argparse.Namespace, params: int, backend: str, size: int,
-          times: dict[str, list[float]]) -> None:
-    args.out.write_text(json.dumps({"model": args.model, "params": params, "size": size,
-                                    "backend": backend, "times": times}) + "\n")
+          times: dict[str, list[float]], phases: list[Any] | None) -> None:
+    record = {"model": args.model, "params": params, "size": size, "backend": backend,
+              "times": times}
+    if phases is not None:
+        record["phases"] = phases
+    args.out.write_text(json.dumps(record) + "\n")
+
+
+def with_phases(args: argparse.Namespace, runs: dict[str, Callable[[], Any]],
+                timed: Callable[[Callable[[], Any]], float]
+                ) -> tuple[Phases | None, Callable[[Callable[[], Any]], float]]:
+    """With ``--phases``: every step of ``runs`` recorded, and ``timed`` keeping a turn's
+    record (after the engine exists, since the clock wraps it)."""
+    if not args.phases:
+        return None, timed
+    phases = Phases(args.steps)
+    for name, run in runs.items():
+        runs[name] = phases.wrap(name, run)
+    return phases, phases.timed(timed)
+
+
+def gathered(runtime: Any, phases: Phases | None) -> list[Any] | None:
+    """Every rank's phase record, in rank order (a collective: every rank calls it)."""
+    if phases is None:
+        return None
+    return list(runtime.allgather_object(phases.rounds, name="bench.phases"))
 
 
 def torch_rank(args: argparse.Namespace, variants: list[str]) -> None:
@@ -121,11 +201,13 @@ def torch_rank(args: argparse.Namespace, variants: list[str]) -> None:
             runs[name] = step(model, sgd(model))
         else:
             runs[name] = step(model, sgd(model))
-    times = measure(variants, runs, lambda run: _timed(hvd, run, args.warmup, args.steps),
-                    args)
+    phases, timed = with_phases(args, runs,
+                                lambda run: _timed(hvd, run, args.warmup, args.steps))
+    times = measure(variants, runs, timed, args)
+    records = gathered(runtime, phases)
     if hvd.rank() == 0:
         write(args, sum(p.numel() for p in base.parameters()), runtime.backend(),
-              hvd.size(), times)
+              hvd.size(), times, records)
     if "ddp" in variants:
         dist.destroy_process_group()
     hvd.shutdown()
@@ -143,8 +225,6 @@ def mirrored_steps(strategy: Any, step: Any, batches: Any) -> Callable[[], Any]:
 
 
 def keras_rank(args: argparse.Namespace, variants: list[str]) -> None:
-    import time
-
     import gcurun.runtime as runtime
     from benchmarks.tf_keras import _free_port, build_mlp, keras_trainer
 
@@ -213,8 +293,10 @@ def keras_rank(args: argparse.Namespace, variants: list[str]) -> None:
         return float(runtime.allreduce(np.array([mine]), op=runtime.Max,
                                        name="bench.time")[0])
 
-    times = measure(variants, runs, timed, args)
+    phases, timed_turn = with_phases(args, runs, timed)
+    times = measure(variants, runs, timed_turn, args)
+    records = gathered(runtime, phases)
     if hvd.rank() == 0:
         write(args, sum(int(np.prod(w.shape)) for w in weights), runtime.backend(),
-              hvd.size(), times)
+              hvd.size(), times, records)
     hvd.shutdown()

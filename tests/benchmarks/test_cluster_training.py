@@ -15,11 +15,12 @@ from benchmarks.cluster_allreduce import Layout
 from benchmarks.cluster_training import (
     LayoutResult,
     ModelResult,
+    format_phases,
     format_table,
     parse_args,
     parse_models,
 )
-from benchmarks.cluster_training_rank import shuffled
+from benchmarks.cluster_training_rank import Phases, shuffled
 from tests.cluster.netns import unavailable_reason
 from tests.helpers import ROOT
 
@@ -106,6 +107,53 @@ def test_fp16_has_its_goal_on_two_hosts_of_one_rank_only():
     assert goals_of(four) == ["# goal: mlp gcurun-tcp <= 0.95 x ddp's step: 0.80 (met)"]
 
 
+def test_phases_keep_the_timed_steps_of_each_turn_apart_from_its_warmup():
+    class Clock:                    # the engine's clock, advanced by the fake steps
+        spent = {"rings": 0.0, "transfers": 0.0, "reductions": 0.0}
+
+    def step(rings: float):
+        def run():
+            Clock.spent["rings"] += rings
+            Clock.spent["transfers"] += rings / 2
+        return run
+
+    phases = Phases(steps=2, clock=Clock)
+    runs = {"gcurun-tcp": phases.wrap("gcurun-tcp", step(0.5)),
+            "floor": phases.wrap("floor", step(0.0))}
+
+    def turn(run):                  # one warm-up step, then the two timed ones
+        for _ in range(3):
+            run()
+        return 1.0
+
+    timed = phases.timed(turn)
+    for name in ("gcurun-tcp", "floor", "gcurun-tcp"):
+        assert timed(runs[name]) == 1.0
+    assert sorted(phases.rounds) == ["floor", "gcurun-tcp"]
+    assert phases.rounds["gcurun-tcp"]["rings"] == [0.5, 0.5]
+    assert phases.rounds["gcurun-tcp"]["transfers"] == [0.25, 0.25]
+    assert phases.rounds["floor"]["rings"] == [0.0]
+    assert all(len(v) == 2 for v in phases.rounds["gcurun-tcp"].values())
+
+
+def test_the_phase_table_averages_the_ranks_median_rounds():
+    result = LayoutResult(Layout(2, 1), cores=2, rate_bits=2_000_000_000)
+    gcurun = {"cpu": [0.2, 0.3, 0.25], "rings": [0.1, 0.1, 0.1],
+              "transfers": [0.06, 0.06, 0.06], "reductions": [0.02, 0.02, 0.02]}
+    floor = {"cpu": [0.1], "rings": [0.0], "transfers": [0.0], "reductions": [0.0]}
+    other = dict(gcurun, cpu=[0.35, 0.35, 0.35])
+    result.models["mlp"] = ModelResult(
+        "mlp", 9_000_000, {"gcurun-tcp": [0.5, 0.5, 0.5], "floor": [0.2]},
+        [{"gcurun-tcp": gcurun, "floor": floor}, {"gcurun-tcp": other, "floor": floor}])
+    rows = [line for line in format_phases(result).splitlines()
+            if line.startswith("| mlp")]
+    # CPU: (250 + 350) / 2 ms; rings' rest 100 - 60 - 20; outside the rings 500 - 100.
+    assert rows == ["| mlp | gcurun-tcp | 500.0 | 300.0 | 0.60 | 100.0 | 60.0 | 20.0 | "
+                    "20.0 | 400.0 |",
+                    "| mlp | floor | 200.0 | 100.0 | 0.50 | - | - | - | - | - |"]
+    assert format_phases(LayoutResult(Layout(2, 1), cores=2, rate_bits=1)) == ""
+
+
 @pytest.mark.benchmark
 @pytest.mark.integration
 @pytest.mark.cluster
@@ -118,7 +166,7 @@ def test_cluster_training_in_small_gives_every_variant_numbers(tmp_path):
     # One timed step a turn (--small's are 2): the fp16 variant costs no more steps.
     done = subprocess.run(
         [sys.executable, "benchmarks/cluster_training.py", "--small", "--steps", "1",
-         "--json", str(out)],
+         "--phases", "--timeline", str(tmp_path / "traces"), "--json", str(out)],
         capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "cluster_training: 2x1 mlp (tcp): done" in done.stderr
@@ -134,3 +182,19 @@ def test_cluster_training_in_small_gives_every_variant_numbers(tmp_path):
     assert sorted(times) == ["ddp", "floor", "gcurun-tcp", "gcurun-tcp-fp16"]
     assert all(len(t) == 2 and min(t) > 0 for t in times.values())
     assert result["one_rank_seconds"]["mlp"] > 0
+    # --phases: both ranks' record of every variant; gcurun's engine ran rings, DDP's not.
+    phases = layout["models"]["mlp"]["phases"]
+    assert len(phases) == 2 and all(sorted(p) == sorted(times) for p in phases)
+    assert all(min(p["gcurun-tcp"]["rings"]) > 0 and max(p["ddp"]["rings"]) == 0
+               and min(p["ddp"]["cpu"]) > 0 for p in phases)
+    phase_rows = [line for line in done.stdout.splitlines()
+                  if line.startswith("| mlp") and line.count("|") == 11]
+    assert [row.split("|")[2].strip() for row in phase_rows] == [
+        "gcurun-tcp", "gcurun-tcp-fp16", "ddp", "floor"]
+    # --timeline: the job's engine trace, which gcurun's reader takes.
+    trace = tmp_path / "traces" / "2x1-mlp.json"
+    summary = subprocess.run([sys.executable, "-m", "gcurun", "timeline", "summary",
+                              str(trace)], capture_output=True, text=True, cwd=ROOT,
+                             timeout=120)
+    assert summary.returncode == 0, summary.stderr
+    assert "ALLREDUCE" in summary.stdout
