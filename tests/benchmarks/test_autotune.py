@@ -16,6 +16,7 @@ from benchmarks.autotune import (
     ModelResult,
     format_table,
     grid_points,
+    main,
     parse_args,
     parse_models,
 )
@@ -84,6 +85,34 @@ def test_the_warm_caches_first_steps_are_judged_against_the_grids_best():
     # first steps 0.3 over the warm job's defaults 0.25 = 1.2 x the grid best's step
     assert ("# goal: mlp warm cache, first steps >= 0.95 x the grid best's throughput: "
             "0.83 (missed)") in lines
+
+
+def test_summary_sets_runs_side_by_side_and_counts_the_goals_met(tmp_path, capsys):
+    def run(tuned: float, first: float) -> list[dict]:
+        times = {"defaults": [0.2], "grid best": [0.2],
+                 "defaults (autotune job)": [0.2, 0.22], "autotune": [tuned],
+                 "defaults (warm job)": [0.2], "warm cache, first steps": [first],
+                 "warm cache": [0.2]}
+        return [{"hosts": 2, "ranks_per_host": 2, "models": {"mlp": {
+            "times": times, "settings": {"autotune": "fusion 2 MB"}, "tune_steps": 300,
+            "warm_steps": 13}}}]
+
+    paths = []
+    for name, tuned, first in (("run-1", 0.2, 0.2), ("run-2", 0.25, 0.19)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(run(tuned, first)))
+    assert main(["--summary", *map(str, paths)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # the defaults' median 0.21, range 0.02: the least autotune may score is 1 - 0.02/0.21
+    assert [line for line in lines if line.startswith("| 2x2")] == [
+        "| 2x2 | mlp | run-1 | 1.05 | 1.00 | 1.05 (0.90) | 300, 13 | fusion 2 MB |",
+        "| 2x2 | mlp | run-2 | 0.84 | 1.05 | 0.84 (0.90) | 300, 13 | fusion 2 MB |"]
+    assert lines[-3:] == ["# goal: autotuned steady state: met in 1 of 2",
+                          "# goal: warm cache, first steps: met in 2 of 2",
+                          "# goal: never below the defaults: met in 1 of 2"]
+    (tmp_path / "bad.json").write_text("{")
+    assert main(["--summary", str(tmp_path / "bad.json")]) == 2
+    assert "--summary" in capsys.readouterr().err
 
 
 @pytest.mark.long

@@ -12,8 +12,9 @@ machine must not decide alone), and the higher mean of each one's samples wins.
 
 With a cache (:class:`store.TuneCache`), the first step tells the job's shape: where
 the cache knows it, the job starts from the cached best and only re-checks it (one
-sample; tuning resumes from it when it scores below the cache's score by more than the
-re-tune threshold). Once settled, the tuner keeps watching the bytes per step: when
+sample, after a sample's worth of start-up steps when there are warmup samples; tuning
+resumes from it when it scores below the cache's score by more than the re-tune
+threshold). Once settled, the tuner keeps watching the bytes per step: when
 they move by more than the threshold for a sample's worth of steps (a model unfrozen
 mid-training), it tunes again for the new traffic.
 """
@@ -146,7 +147,11 @@ class Tuner:
             self.start_score, self._cached_samples = cached.default_score, cached.samples
             log.info("the cache knows this job's shape: starting from %s (%.1f MB/s); "
                      "re-checking it", knobs.describe(), score / 1e6)
-            self.phase, self._skip = Phase.CHECK, 1
+            # The re-check waits out a sample's worth of the job's first steps, as the
+            # warmup samples do: they carry its start-up costs, and a score taken on them
+            # would send a job of the same shape back to tuning for nothing.
+            self.phase = Phase.CHECK
+            self._skip = 1 + self.config.steps_per_sample * min(self.config.warmup_samples, 1)
             return self._switch(knobs)
         self._begin_tuning([self.start])
         return None

@@ -128,7 +128,8 @@ def test_a_job_of_the_same_shape_starts_from_the_cache_and_only_rechecks(tmp_pat
     assert again.phase == Phase.CHECK and job.decisions == ([best] if best != START else [])
     steps = job.until(Phase.DONE)
     assert again.search is None                 # no search: one sample re-checked it
-    assert steps <= 1 + 2 + 1 and again.current == best and again.outcome().from_cache
+    # (the step that switched, a warmup sample's steps, the sample, the settling step)
+    assert steps <= 1 + 2 + 2 + 1 and again.current == best and again.outcome().from_cache
     entry = json.loads(open(cache).read())["entries"][SHAPE.key(SIZES)]
     assert entry["samples"] == 6                # (what the search that found it took)
 
@@ -137,6 +138,40 @@ def test_a_job_of_the_same_shape_starts_from_the_cache_and_only_rechecks(tmp_pat
     Job(other).step()
     Job(other).step()
     assert other.phase in (Phase.WARMUP, Phase.TUNE)        # another layout: tuned anew
+
+
+class SlowStart(Job):
+    """A job whose first steps take three times as long (its start-up costs)."""
+
+    def __init__(self, tuner: Tuner, slow_steps: int):
+        super().__init__(tuner)
+        self.slow_left = slow_steps
+
+    def step(self, sizes: list[int] | None = None) -> None:
+        if self.slow_left:
+            self.slow_left -= 1
+            fast = 0.1 if self.tuner.current.fusion_threshold_mb > 8 else 0.2
+            self.now += 2 * fast
+        super().step(sizes)
+
+
+def test_the_recheck_waits_out_the_jobs_slow_first_steps(tmp_path):
+    cache = str(tmp_path / "cache.json")
+    first = Tuner(config(tmp_path, cache=cache), START, frozenset(), SHAPE)
+    Job(first).until(Phase.DONE)
+    again = Tuner(config(tmp_path, cache=cache, log_file=None), START, frozenset(), SHAPE)
+    # Its first four steps (the one that tells its shape, the switch and two more) are
+    # slow: a re-check scored on them would fall below the cache's score by two thirds.
+    SlowStart(again, slow_steps=4).until(Phase.DONE)
+    assert again.search is None and again.outcome().from_cache
+    assert again.current == first.best[0]
+    # Without warmup samples (the user's choice), the re-check is the first sample.
+    hasty = Tuner(config(tmp_path, cache=cache, log_file=None, warmup_samples=0), START,
+                  frozenset(), SHAPE)
+    job = SlowStart(hasty, slow_steps=4)
+    for _ in range(5):              # (a step is scored when the next one begins)
+        job.step()
+    assert hasty.phase != Phase.CHECK and hasty.search is not None     # tuning again
 
 
 def test_it_tunes_again_when_the_bytes_per_step_change_beyond_the_threshold(tmp_path):
