@@ -5,6 +5,7 @@ MultiWorkerMirroredStrategy, and beside the step without communication.
         [--models mlp,resnet18-narrow,keras-mlp] [--backends tcp,mpi]
         [--steps 10] [--warmup 2] [--rounds 5] [--cluster DIR] [--json FILE]
     python benchmarks/cluster_training.py --small          # one layout, the MLP, a minute
+    python benchmarks/cluster_training.py --summary run-1.json run-2.json run-3.json
 
 Needs root, ip, tc, unshare and sshd: it builds namespace hosts with
 tests/cluster/netns-cluster.sh (through benchmarks/cluster_allreduce.py's
@@ -141,6 +142,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="write each tcp job's engine trace to DIR/LAYOUT-MODEL.json")
     parser.add_argument("--job-seconds", type=float, default=1800.0,
                         help="deadline of one job (default 1800)")
+    parser.add_argument("--summary", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="no run: earlier runs' --json files, side by side")
     args = parser.parse_args(list(argv))
     small = {"layouts": parse_layouts("2x1"), "models": ["mlp"], "backends": ["tcp"],
              "steps": 2, "warmup": 1, "rounds": 2}
@@ -285,6 +288,58 @@ def goal_lines(result: LayoutResult) -> list[str]:
     return lines
 
 
+def from_json(data: dict[str, Any]) -> list[LayoutResult]:
+    """A run's results as :func:`as_json` wrote them."""
+    results = []
+    for entry in data["layouts"]:
+        result = LayoutResult(Layout(entry["hosts"], entry["ranks_per_host"]),
+                              entry["cores"], entry["link_rate_bits"],
+                              load=tuple(entry["load_average"]))
+        for name, model in entry["models"].items():
+            result.models[name] = ModelResult(name, model["params"], model["times"],
+                                              model.get("phases") or [])
+        results.append(result)
+    return results
+
+
+def summary(runs: Sequence[list[LayoutResult]]) -> str:
+    """Several runs side by side: per layout, model and variant, the median over the runs
+    of each run's median step, the runs' range of it, and the median over the runs of its
+    ratio to the peer and of its time over the floor; then each goal, met in how many
+    runs (each run judged on its own medians, as its goal lines are)."""
+    lines = [f"# {len(runs)} runs: per variant the median of the runs' median steps, their "
+             "range, and the median of the runs' ratios and times over the floor", "",
+             "| layout | model | variant | median ms/step | runs' range ms | / peer "
+             "| over the floor ms |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    cells: dict[tuple[str, str, str], list[tuple[float, float | None, float | None]]] = {}
+    goals: dict[str, list[bool]] = {}
+    for run in runs:
+        for result in run:
+            for name, model in result.models.items():
+                median = {v: statistics.median(t) for v, t in model.times.items()}
+                peer, floor = median.get(PEER[name]), median.get("floor")
+                for variant, value in median.items():
+                    cells.setdefault((result.layout.label, name, variant), []).append(
+                        (value, value / peer if peer else None,
+                         value - floor if floor is not None else None))
+            for line in goal_lines(result):
+                text, verdict = line.rsplit(": ", 1)
+                goals.setdefault(f"{text.removeprefix('# goal: ')} ({result.layout.label})",
+                                 []).append(verdict.endswith("(met)"))
+    for (label, name, variant), values in cells.items():
+        steps = [v[0] for v in values]
+        ratios = [v[1] for v in values if v[1] is not None]
+        overs = [v[2] for v in values if v[2] is not None]
+        ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+        over = f"{statistics.median(overs) * 1e3:.1f}" if overs else "-"
+        lines.append(f"| {label} | {name} | {variant} | {statistics.median(steps) * 1e3:.1f} "
+                     f"| {min(steps) * 1e3:.1f}-{max(steps) * 1e3:.1f} | {ratio} | {over} |")
+    lines.append("")
+    lines += [f"# goal: {goal}: met in {sum(met)} of {len(met)} runs"
+              for goal, met in goals.items()]
+    return "\n".join(lines) + "\n"
+
+
 def as_json(results: list[LayoutResult], alone: dict[str, float]) -> dict[str, Any]:
     return {"one_rank_seconds": alone, "layouts": [{
         "hosts": r.layout.hosts, "ranks_per_host": r.layout.per_host, "cores": r.cores,
@@ -419,6 +474,14 @@ def main(argv: Sequence[str]) -> int:
 
         return rank_main(list(argv[1:]))
     args = parse_args(argv)
+    if args.summary:
+        try:
+            runs = [from_json(json.loads(path.read_text())) for path in args.summary]
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"cluster_training: error: --summary: {exc!r}", file=sys.stderr)
+            return 2
+        sys.stdout.write(summary(runs))
+        return 0
     exit_on_sigterm()
     try:
         results, alone = run(args)

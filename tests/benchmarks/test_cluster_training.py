@@ -15,8 +15,10 @@ from benchmarks.cluster_allreduce import Layout
 from benchmarks.cluster_training import (
     LayoutResult,
     ModelResult,
+    as_json,
     format_phases,
     format_table,
+    main,
     parse_args,
     parse_models,
 )
@@ -152,6 +154,25 @@ def test_the_phase_table_averages_the_ranks_median_rounds():
                     "20.0 | 400.0 |",
                     "| mlp | floor | 200.0 | 100.0 | 0.50 | - | - | - | - | - |"]
     assert format_phases(LayoutResult(Layout(2, 1), cores=2, rate_bits=1)) == ""
+
+
+def test_summary_gives_the_runs_medians_range_and_goals_met(tmp_path, capsys):
+    paths = []
+    for index, gcurun in enumerate((0.4, 0.6, 0.45)):
+        result = LayoutResult(Layout(2, 1), cores=2, rate_bits=2_000_000_000)
+        result.models["mlp"] = ModelResult("mlp", 9_000_000, {
+            "gcurun-tcp": [gcurun], "ddp": [0.5], "floor": [0.1]})
+        paths.append(tmp_path / f"run-{index}.json")
+        paths[-1].write_text(json.dumps(as_json([result], {"mlp": 0.1})))
+    assert main(["--summary", *map(str, paths)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("| 2x1")] == [
+        "| 2x1 | mlp | gcurun-tcp | 450.0 | 400.0-600.0 | 0.90 | 350.0 |",
+        "| 2x1 | mlp | ddp | 500.0 | 500.0-500.0 | 1.00 | 400.0 |",
+        "| 2x1 | mlp | floor | 100.0 | 100.0-100.0 | 0.20 | 0.0 |"]
+    assert lines[-1] == "# goal: mlp gcurun-tcp <= 0.95 x ddp's step (2x1): met in 2 of 3 runs"
+    assert main(["--summary", str(tmp_path / "missing.json")]) == 2
+    assert "--summary" in capsys.readouterr().err
 
 
 @pytest.mark.benchmark
