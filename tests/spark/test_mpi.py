@@ -19,6 +19,7 @@ import threading
 import pytest
 
 from tests.helpers import survivors, wait_for
+from tests.spark.test_run import _fail_on_rank_one
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,13 +38,6 @@ def _mpi_identity(lines):
              "env": os.environ.get("FROM_ENV"), "pid": os.getpid()}
     hvd.shutdown()
     return found
-
-
-def _fail_on_rank_one(value):
-    if os.environ["GCURUN_RANK"] == "1":
-        print("rank 1 gives up", flush=True)
-        raise ValueError(f"bad value {value}")
-    return value
 
 
 def test_use_mpi_runs_the_ranks_under_mpirun_results_in_rank_order(spark):
