@@ -254,9 +254,10 @@ def format_phases(result: LayoutResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def goal_lines(result: LayoutResult) -> list[str]:
-    """Issue 31's goals on this layout, each met or missed, with the ratio (medians)."""
-    layout, lines = result.layout, []
+def goal_checks(result: LayoutResult) -> list[tuple[str, str, str, str, float, float]]:
+    """Issue 31's goals on this layout: (model, variant, what, peer, gcurun's figure over
+    the peer's, goal), from the medians; a goal is met when the figure is at most the goal."""
+    layout, checks = result.layout, []
     for name, model in result.models.items():
         median = {v: statistics.median(t) for v, t in model.times.items()}
         peer, floor = PEER[name], median.get("floor", 0.0)
@@ -282,10 +283,20 @@ def goal_lines(result: LayoutResult) -> list[str]:
                 (layout.hosts, layout.per_host) == (2, 1):
             goals.append(("gcurun-tcp-fp16", "step", median["gcurun-tcp-fp16"] / median[peer],
                           FP16_GOAL))
-        lines += [f"# goal: {name} {variant} <= {goal} x {peer}'s {what}: {ratio:.2f} "
-                  f"({'met' if ratio <= goal else 'missed'})"
-                  for variant, what, ratio, goal in goals]
-    return lines
+        checks += [(name, variant, what, peer, ratio, goal)
+                   for variant, what, ratio, goal in goals]
+    return checks
+
+
+def goal_text(name: str, variant: str, what: str, peer: str, goal: float) -> str:
+    return f"{name} {variant} <= {goal} x {peer}'s {what}"
+
+
+def goal_lines(result: LayoutResult) -> list[str]:
+    """Issue 31's goals on this layout, each met or missed, with the ratio (medians)."""
+    return [f"# goal: {goal_text(name, variant, what, peer, goal)}: {ratio:.2f} "
+            f"({'met' if ratio <= goal else 'missed'})"
+            for name, variant, what, peer, ratio, goal in goal_checks(result)]
 
 
 def from_json(data: dict[str, Any]) -> list[LayoutResult]:
@@ -322,10 +333,9 @@ def summary(runs: Sequence[list[LayoutResult]]) -> str:
                     cells.setdefault((result.layout.label, name, variant), []).append(
                         (value, value / peer if peer else None,
                          value - floor if floor is not None else None))
-            for line in goal_lines(result):
-                text, verdict = line.rsplit(": ", 1)
-                goals.setdefault(f"{text.removeprefix('# goal: ')} ({result.layout.label})",
-                                 []).append(verdict.endswith("(met)"))
+            for name, variant, what, peer, ratio, goal in goal_checks(result):
+                goals.setdefault(f"{goal_text(name, variant, what, peer, goal)} "
+                                 f"({result.layout.label})", []).append(ratio <= goal)
     for (label, name, variant), values in cells.items():
         steps = [v[0] for v in values]
         ratios = [v[1] for v in values if v[1] is not None]
