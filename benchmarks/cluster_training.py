@@ -213,7 +213,7 @@ def format_table(result: LayoutResult, alone: dict[str, float]) -> str:
     return "\n".join([*lines, "", *goal_lines(result)]) + "\n"
 
 
-PHASE_COLUMNS = ("cpu", "rings", "transfers", "reductions")
+PHASE_COLUMNS = ("cpu", "rings", "transfers", "reductions", "cycles", "cycle_cpu")
 
 
 def phase_medians(model: ModelResult) -> dict[str, dict[str, float]]:
@@ -222,7 +222,9 @@ def phase_medians(model: ModelResult) -> dict[str, dict[str, float]]:
     for variant in model.times:
         ranks = [record[variant] for record in model.phases if variant in record]
         if ranks:
-            medians[variant] = {c: statistics.fmean(statistics.median(r[c]) for r in ranks)
+            # (runs before the engine's cycles were counted have no cycle columns)
+            medians[variant] = {c: statistics.fmean(statistics.median(r.get(c, [0.0]))
+                                                    for r in ranks)
                                 for c in PHASE_COLUMNS}
     return medians
 
@@ -236,19 +238,23 @@ def format_phases(result: LayoutResult) -> str:
         return ""
     lines = [f"# where the steps went, {result.layout.label}: ms per step (mean over ranks "
              "of each rank's median round); CPU = every thread of the rank's process, CPU / step = "
-             "the cores a rank kept busy",
+             "the cores a rank kept busy; cycles = the engine thread's cycles a step, and the "
+             "CPU its thread spent in them",
              "",
              "| model | variant | step | CPU | CPU / step | rings | transfers | reductions "
-             "| rings' rest | step outside rings |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| rings' rest | step outside rings | cycles | CPU in cycles |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, variant, step, row in rows:
         ms = {c: row[c] * 1e3 for c in PHASE_COLUMNS}
         if not ms["rings"]:
-            engine = "- | - | - | - | -"
+            engine = "- | - | - | - | - | - | -"
         else:
             rest = ms["rings"] - ms["transfers"] - ms["reductions"]
+            cycles = (f"{row['cycles']:.1f} | {ms['cycle_cpu']:.1f}" if row["cycles"]
+                      else "- | -")
             engine = (f"{ms['rings']:.1f} | {ms['transfers']:.1f} | "
-                      f"{ms['reductions']:.1f} | {rest:.1f} | {step * 1e3 - ms['rings']:.1f}")
+                      f"{ms['reductions']:.1f} | {rest:.1f} | {step * 1e3 - ms['rings']:.1f} | "
+                      f"{cycles}")
         lines.append(f"| {name} | {variant} | {step * 1e3:.1f} | {ms['cpu']:.1f} | "
                      f"{row['cpu'] / step:.2f} | {engine} |")
     return "\n".join(lines) + "\n"

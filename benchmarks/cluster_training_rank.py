@@ -49,13 +49,14 @@ class Phases:
     """Where a variant's timed steps went, per round, on this rank: the process's CPU
     seconds per step (every thread: the step itself, gcurun's engine, gloo's or
     TensorFlow's collectives) and, for gcurun's variants, the seconds per step its engine
-    spent in ring passes, and within them in transfers and in reductions
-    (benchmarks/engine_phases.py's :class:`Clock`).
+    spent in ring passes, and within them in transfers and in reductions, and the engine
+    thread's cycles per step with the CPU seconds they took (benchmarks/engine_phases.py's
+    :class:`Clock`).
 
     :meth:`wrap` records every call of a variant's step; :meth:`timed` wraps a turn's
     timing and keeps the turn's last ``steps`` calls (the timed ones, after warm-up)."""
 
-    COLUMNS = ("cpu", "rings", "transfers", "reductions")
+    COLUMNS = ("cpu", "rings", "transfers", "reductions", "cycles", "cycle_cpu")
 
     def __init__(self, steps: int, clock: Any = None) -> None:
         if clock is None:
@@ -91,7 +92,8 @@ class Phases:
                 rows = rows[-self.steps:]
                 record = self.rounds.setdefault(name, {c: [] for c in self.COLUMNS})
                 for column in self.COLUMNS:
-                    record[column].append(sum(row[column] for row in rows) / len(rows))
+                    record[column].append(sum(row.get(column, 0.0) for row in rows)
+                                          / len(rows))
                 self._turn = None
             return seconds
         return timed

@@ -36,10 +36,12 @@ COLUMNS = ("step", "rings", "transfers", "reductions")
 
 
 class Clock:
-    """Seconds spent in the ring passes, and in their transfers and reductions."""
+    """Seconds spent in the ring passes, and in their transfers and reductions; and the
+    engine thread's cycles (negotiation, then what was agreed), counted, with the CPU
+    seconds its thread spent in them."""
 
     def __init__(self) -> None:
-        self.spent = dict.fromkeys(COLUMNS[1:], 0.0)
+        self.spent = dict.fromkeys((*COLUMNS[1:], "cycles", "cycle_cpu"), 0.0)
 
     def timing(self, column: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         spent, now = self.spent, time.perf_counter
@@ -56,7 +58,19 @@ class Clock:
     def install(self) -> None:
         """Time the engine's reductions (its one reduction routine) and what happens
         inside them."""
-        executor = basics.state("engine_phases").engine.executor
+        engine = basics.state("engine_phases").engine
+        cycle, spent, cpu = engine._cycle, self.spent, time.thread_time
+
+        def counted() -> bool:
+            began = cpu()
+            try:
+                return cycle()
+            finally:
+                spent["cycles"] += 1
+                spent["cycle_cpu"] += cpu() - began
+
+        engine._cycle = counted         # type: ignore[method-assign]
+        executor = engine.executor
         transport = executor.t
         transport.sendrecv_parts = self.timing("transfers", transport.sendrecv_parts)
         transport.sendrecv = self.timing("transfers", transport.sendrecv)

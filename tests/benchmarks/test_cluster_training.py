@@ -141,18 +141,20 @@ def test_phases_keep_the_timed_steps_of_each_turn_apart_from_its_warmup():
 def test_the_phase_table_averages_the_ranks_median_rounds():
     result = LayoutResult(Layout(2, 1), cores=2, rate_bits=2_000_000_000)
     gcurun = {"cpu": [0.2, 0.3, 0.25], "rings": [0.1, 0.1, 0.1],
-              "transfers": [0.06, 0.06, 0.06], "reductions": [0.02, 0.02, 0.02]}
+              "transfers": [0.06, 0.06, 0.06], "reductions": [0.02, 0.02, 0.02],
+              "cycles": [10.0, 12.0, 11.0], "cycle_cpu": [0.03, 0.05, 0.04]}
     floor = {"cpu": [0.1], "rings": [0.0], "transfers": [0.0], "reductions": [0.0]}
-    other = dict(gcurun, cpu=[0.35, 0.35, 0.35])
+    other = dict(gcurun, cpu=[0.35, 0.35, 0.35], cycles=[13.0], cycle_cpu=[0.06])
     result.models["mlp"] = ModelResult(
         "mlp", 9_000_000, {"gcurun-tcp": [0.5, 0.5, 0.5], "floor": [0.2]},
         [{"gcurun-tcp": gcurun, "floor": floor}, {"gcurun-tcp": other, "floor": floor}])
     rows = [line for line in format_phases(result).splitlines()
             if line.startswith("| mlp")]
-    # CPU: (250 + 350) / 2 ms; rings' rest 100 - 60 - 20; outside the rings 500 - 100.
+    # CPU: (250 + 350) / 2 ms; rings' rest 100 - 60 - 20; outside the rings 500 - 100;
+    # cycles (11 + 13) / 2, their CPU (40 + 60) / 2 ms.
     assert rows == ["| mlp | gcurun-tcp | 500.0 | 300.0 | 0.60 | 100.0 | 60.0 | 20.0 | "
-                    "20.0 | 400.0 |",
-                    "| mlp | floor | 200.0 | 100.0 | 0.50 | - | - | - | - | - |"]
+                    "20.0 | 400.0 | 12.0 | 50.0 |",
+                    "| mlp | floor | 200.0 | 100.0 | 0.50 | - | - | - | - | - | - | - |"]
     assert format_phases(LayoutResult(Layout(2, 1), cores=2, rate_bits=1)) == ""
 
 
@@ -191,7 +193,7 @@ def test_cluster_training_in_small_gives_every_variant_numbers(tmp_path):
         capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "cluster_training: 2x1 mlp (tcp): done" in done.stderr
-    # (the main table's rows have 7 cells; --phases' table below it has 10)
+    # (the main table's rows have 7 cells; --phases' table below it has 12)
     rows = [line.split("|")[1:-1] for line in done.stdout.splitlines()
             if line.startswith("| mlp") and line.count("|") == 8]
     assert [row[1].strip() for row in rows] == ["gcurun-tcp", "gcurun-tcp-fp16", "ddp",
@@ -209,8 +211,10 @@ def test_cluster_training_in_small_gives_every_variant_numbers(tmp_path):
     assert len(phases) == 2 and all(sorted(p) == sorted(times) for p in phases)
     assert all(min(p["gcurun-tcp"]["rings"]) > 0 and max(p["ddp"]["rings"]) == 0
                and min(p["ddp"]["cpu"]) > 0 for p in phases)
+    assert all(min(p["gcurun-tcp"]["cycles"]) >= 1 and min(p["gcurun-tcp"]["cycle_cpu"]) > 0
+               for p in phases)
     phase_rows = [line for line in done.stdout.splitlines()
-                  if line.startswith("| mlp") and line.count("|") == 11]
+                  if line.startswith("| mlp") and line.count("|") == 13]
     assert [row.split("|")[2].strip() for row in phase_rows] == [
         "gcurun-tcp", "gcurun-tcp-fp16", "ddp", "floor"]
     # --timeline: the job's engine trace, which gcurun's reader takes.
