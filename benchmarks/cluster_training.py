@@ -38,8 +38,8 @@ times gcurun-mpi alone: its peer's and floor's times are the tcp job's, a job ap
 A round times ``--steps`` steps after ``--warmup`` untimed ones; its step time is the
 slowest rank's mean. ``--phases`` adds, per layout, where the tcp jobs' steps went: each
 variant's CPU time per step (every thread of the rank's process) and, for gcurun's
-variants, the engine's time in ring passes, transfers and reductions (the mean over ranks
-of each rank's median round). ``--timeline DIR`` has gcurun write each tcp job's engine
+variants, the engine's time in ring passes, transfers and reductions, and its thread's
+cycles per step with the CPU they took (the mean over ranks of each rank's median round). ``--timeline DIR`` has gcurun write each tcp job's engine
 trace there (``gcurun timeline summary FILE`` reads it). One rank alone (a job of one rank
 on h1, the floor only) gives each model's single-rank step: scaling efficiency is that
 time over a variant's step time (samples per second per rank relative to one rank; every
@@ -137,7 +137,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     parser.add_argument("--phases", action="store_true",
                         help="also time where the tcp jobs' steps go: CPU per step, and "
-                             "gcurun's ring passes, transfers and reductions")
+                             "gcurun's ring passes, transfers, reductions and engine cycles")
     parser.add_argument("--timeline", type=Path, default=None, metavar="DIR",
                         help="write each tcp job's engine trace to DIR/LAYOUT-MODEL.json")
     parser.add_argument("--job-seconds", type=float, default=1800.0,
