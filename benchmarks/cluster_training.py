@@ -39,13 +39,13 @@ A round times ``--steps`` steps after ``--warmup`` untimed ones; its step time i
 slowest rank's mean. ``--phases`` adds, per layout, where the tcp jobs' steps went: each
 variant's CPU time per step (every thread of the rank's process) and, for gcurun's
 variants, the engine's time in ring passes, transfers and reductions, and its thread's
-cycles per step with the CPU they took (the mean over ranks of each rank's median round). ``--timeline DIR`` has gcurun write each tcp job's engine
-trace there (``gcurun timeline summary FILE`` reads it). One rank alone (a job of one rank
-on h1, the floor only) gives each model's single-rank step: scaling efficiency is that
-time over a variant's step time (samples per second per rank relative to one rank; every
-rank has the same batch). The
-namespace hosts share this machine's cores: a layout with more ranks than cores is
-CPU-bound, and the table says so.
+cycles per step with the CPU they took (the mean over ranks of each rank's median
+round). ``--timeline DIR`` has gcurun write each tcp job's engine trace there (``gcurun
+timeline summary FILE`` reads it). One rank alone (a job of one rank on h1, the floor
+only) gives each model's single-rank step: scaling efficiency is that time over a
+variant's step time (samples per second per rank relative to one rank; every rank has the
+same batch). The namespace hosts share this machine's cores: a layout with more ranks
+than cores is CPU-bound, and the table says so.
 """
 
 from __future__ import annotations
