@@ -15,6 +15,9 @@ medians.
 
 Options: --model mlp|resnet18-narrow|resnet18  --batch-size 64  --steps 20  --warmup 5
          --rounds 5  --threads 1 (torch threads per rank)  --np 2 (when starting ranks)
+         --phases (where each variant's steps went, as benchmarks/cluster_training.py's
+         --phases: CPU per step, gcurun's ring passes, transfers, reductions and engine
+         cycles)
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--np", type=int, default=2, help="ranks to start (without a "
                         "launcher)")
+    parser.add_argument("--phases", action="store_true",
+                        help="also say where each variant's steps went")
     return parser.parse_args(argv)
 
 
@@ -107,6 +112,9 @@ def run_rank(args: argparse.Namespace) -> None:
     import gcurun.runtime as runtime
     import gcurun.runtime.torch as hvd
 
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.cluster_training_rank import gathered, with_phases
+
     sys.path.insert(0, str(ROOT / "examples"))
     from pytorch_synthetic_benchmark import MODELS, synthetic_batch
 
@@ -131,17 +139,22 @@ def run_rank(args: argparse.Namespace) -> None:
 
     variants = {"gcurun": step(ours, opt), "ddp": step(ddp, ddp_opt),
                 "no communication": step(alone, alone_opt)}
+    phases, timed = with_phases(args, variants,
+                                lambda run: _timed(hvd, run, args.warmup, args.steps))
     times: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(args.rounds):
         order = list(variants)[round_ % 3:] + list(variants)[:round_ % 3]
         for name in order:
-            times[name].append(_timed(hvd, variants[name], args.warmup, args.steps))
+            times[name].append(timed(variants[name]))
         if hvd.rank() == 0:
             print(f"round {round_}: " + "  ".join(f"{n} {times[n][-1] * 1e3:.1f} ms/step"
                                                   for n in variants), flush=True)
+    records = gathered(runtime, phases)
     if hvd.rank() == 0:
         params = sum(p.numel() for p in base.parameters())
         print(report(args, hvd.size(), runtime.backend(), params, times), flush=True)
+        if records is not None:
+            print(phase_report(args.model, params, times, records), flush=True)
     dist.destroy_process_group()
     hvd.shutdown()
 
@@ -195,6 +208,18 @@ def report(args: argparse.Namespace, size: int, backend: str, params: int,
                      f"{median[name] / median['ddp']:.2f} | "
                      f"{(median[name] - floor) * 1e3:.1f} |")
     return "\n".join(lines)
+
+
+def phase_report(model: str, params: int, times: dict[str, list[float]],
+                 records: list[Any]) -> str:
+    """``--phases``: the table of benchmarks/cluster_training.py's ``--phases`` for one
+    host's ranks."""
+    from benchmarks.cluster_allreduce import Layout
+    from benchmarks.cluster_training import LayoutResult, ModelResult, format_phases
+
+    result = LayoutResult(Layout(1, len(records)), cores=os.cpu_count() or 1, rate_bits=0)
+    result.models[model] = ModelResult(model, params, times, records)
+    return "\n" + format_phases(result)
 
 
 def main(argv: list[str]) -> int:
