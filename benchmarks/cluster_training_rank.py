@@ -92,8 +92,7 @@ class Phases:
                 rows = rows[-self.steps:]
                 record = self.rounds.setdefault(name, {c: [] for c in self.COLUMNS})
                 for column in self.COLUMNS:
-                    record[column].append(sum(row.get(column, 0.0) for row in rows)
-                                          / len(rows))
+                    record[column].append(sum(row[column] for row in rows) / len(rows))
                 self._turn = None
             return seconds
         return timed

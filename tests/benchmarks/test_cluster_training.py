@@ -111,7 +111,8 @@ def test_fp16_has_its_goal_on_two_hosts_of_one_rank_only():
 
 def test_phases_keep_the_timed_steps_of_each_turn_apart_from_its_warmup():
     class Clock:                    # the engine's clock, advanced by the fake steps
-        spent = {"rings": 0.0, "transfers": 0.0, "reductions": 0.0}
+        spent = {"rings": 0.0, "transfers": 0.0, "reductions": 0.0, "cycles": 0.0,
+                 "cycle_cpu": 0.0}
 
     def step(rings: float):
         def run():
