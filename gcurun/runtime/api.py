@@ -99,6 +99,14 @@ class Blocked:
     peers: tuple[int, ...]
     since: float
 
+    def as_own_wait(self, now: float) -> str:
+        """The words added to an abort that reached this rank while it waited: the
+        ranks it waited for itself, which a rank that gave up waiting for this one
+        could not see (with more than two ranks, the one at fault may be further on)."""
+        who = " and ".join(f"rank {peer}" for peer in self.peers)
+        return (f" (this rank was itself waiting for {who}, which had sent nothing for "
+                f"{max(0.0, now - self.since):.1f} s)")
+
 
 class InFlight(Protocol):
     """An exchange started by ``start_sendrecv_parts``: its bytes move while the caller

@@ -5,7 +5,9 @@ for it do, when their collective times out or the stall inspector ends the job. 
 messages name the rank they waited for (``... waiting for rank 1 ...``, ``... waiting for
 rank 1 and rank 3 ...``, ``... waiting for ranks 1, 3 (not submitted there) ...``, ``the
 stall inspector shut the job down: rank 1 did not answer ...``); the launcher reads them so
-the root cause names the rank that did not arrive, not the one that waited.
+the root cause names the rank that did not arrive, not the one that waited. A rank told of
+another's timeout while it waited itself says for whom (``... (this rank was itself waiting
+for rank 2, ...)``): that rank is further down the chain, and named instead.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Iterable
 
 _RANKS = r"(ranks? \d+(?:(?:, | and | and rank )\d+)*)"
 _PATTERNS = (
+    # an abort that reached a rank while it waited itself names the ranks further on
+    re.compile(r"this rank was itself waiting for " + _RANKS),
     re.compile(r"(?:CollectiveTimeout|PeerFailureError|stall inspector)\b.*?"
                r"no progress for [\d.]+ s waiting for " + _RANKS),
     re.compile(r"no progress for [\d.]+ s waiting for " + _RANKS),

@@ -82,7 +82,7 @@ class Connections:
         self.timeout = timeout
         self._secret = secret
         self._cma = CrossMemory(enabled=cma)
-        self._client = RendezvousClient(rendezvous, secret, timeout, self.job_aborted)
+        self._client = RendezvousClient(rendezvous, secret, timeout, self._told_to_abort)
         self._rings = rings and shm.available()
         self._links: dict[int, Link] = {}
         # Per same-host peer that reads us and that we read: a large exchange, fast.
@@ -366,6 +366,14 @@ class Connections:
                 link.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def _told_to_abort(self, reason: str) -> None:
+        """The rendezvous passed on another rank's failure: abort, adding the ranks this
+        one is waiting for now, if any (see :meth:`Blocked.as_own_wait`)."""
+        blocked = self._mover.blocked
+        if blocked is not None:
+            reason += blocked.as_own_wait(time.monotonic())
+        self.job_aborted(reason)
 
     def abort(self, reason: str) -> None:
         """Tell every rank of the job that this one failed."""

@@ -27,6 +27,9 @@ STOPS_ITSELF = str(Path(__file__).resolve().parents[2] / "ranks" / "stops_itself
      "submitted there); they may be stuck", (1, 3)),
     ("ArgumentError: allreduce 'x': the stall inspector shut the job down: rank 4 did not "
      "answer for 6.0 s (GCURUN_STALL_CHECK_SHUTDOWN_SECONDS=6)", (4,)),
+    ("PeerFailureError: allreduce 'x': the job was aborted: no progress for 4 s waiting "
+     "for rank 1; it may be stuck (seen by rank 3) (this rank was itself waiting for rank "
+     "2, which had sent nothing for 3.9 s)", (2,)),
     ("ValueError: waiting for rank 1 is what this script does", ()),
     ("Traceback (most recent call last):", ()),
 ])

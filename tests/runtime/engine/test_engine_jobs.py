@@ -186,9 +186,10 @@ def test_a_stopped_rank_is_named_by_the_stall_warning_and_the_timeout(
         backend: str, size: int, tmp_path: Path) -> None:
     """A rank stopped by SIGSTOP takes part in no cycle, so the coordinator's inspection
     never runs; every waiting rank's watch names the ranks its transport waits for, and
-    the timeout every waiting rank raises names the rank that never answered (with two
-    ranks, the stopped one; with more, a rank may wait for another that waits in turn,
-    and the stopped one is the rank that is named and names nobody)."""
+    the error every waiting rank raises names the rank that never answered: with two
+    ranks, as the one the timeout waited for; with more, a rank may time out waiting for
+    another that waits in turn, and the abort that reaches that one says whom it was
+    waiting for itself (the stopped one is the rank that is named and names nobody)."""
     stopped = size // 2
     job = run_job(backend, size, "stopped_rank.py", str(tmp_path), str(stopped),
                   env={"GCURUN_STALL_CHECK_WARNING_SECONDS": "0.5",
@@ -210,8 +211,30 @@ def test_a_stopped_rank_is_named_by_the_stall_warning_and_the_timeout(
         assert "allreduce 'after.stop'" in raised[0] and "waiting for rank " in raised[0]
         if size == 2:
             assert "no progress for 4 s waiting for rank 1;" in raised[0], raised
-    assert any(f"waiting for rank {stopped}" in line for line in job.lines("rank ")
-               if " raised " in line), job.stdout
+    raised = [line for line in job.lines("rank ") if " raised " in line]
+    assert any(f"waiting for rank {stopped};" in line
+               or f"this rank was itself waiting for rank {stopped}," in line
+               for line in raised), job.stdout
+    for line in raised:
+        if "this rank was itself waiting for " in line:
+            assert "PeerFailureError" in line and "the job was aborted: " in line, line
+
+
+def test_an_abort_that_reaches_a_waiting_rank_says_whom_it_waited_for(tmp_path: Path) -> None:
+    """Rank 3 waits for rank 1, which waits for the stopped rank 2; rank 3, the first to
+    give up, names rank 1, and the abort it sends rank 1 comes out there naming rank 2."""
+    job = run_tcp(4, "stopped_rank.py", str(tmp_path), "2", "3",
+                  env={"GCURUN_TIMEOUT_SECONDS": "6"}, timeout=90)
+    first = job.lines("rank 3 raised ")
+    assert first and first[0].startswith(
+        "rank 3 raised CollectiveTimeout: allreduce 'after.stop': no progress for 3 s "
+        "waiting for rank 1;"), job.stdout + job.stderr
+    told = job.lines("rank 1 raised ")
+    assert told and told[0].startswith(
+        "rank 1 raised PeerFailureError: allreduce 'after.stop': the job was aborted: no "
+        "progress for 3 s waiting for rank 1;"), job.stdout + job.stderr
+    assert "(seen by rank 3) (this rank was itself waiting for rank 2, which had sent " \
+        "nothing for " in told[0], told
 
 
 def test_the_stall_watch_follows_horovods_disable_switch(tmp_path: Path) -> None:

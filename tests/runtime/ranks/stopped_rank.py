@@ -1,7 +1,8 @@
 """Rank script: rank ``argv[2]`` stops itself with SIGSTOP after a first allreduce; the
 others run one more. Every rank prints what the runtime logged, one line each, and the
 waiting ranks print what their allreduce raised, then mark it in ``argv[1]``; the last
-of them to do so kills the stopped rank (the test's only way to end it)."""
+of them to do so kills the stopped rank (the test's only way to end it). Rank ``argv[3]``,
+when given, waits half as long as the others before its collective times out."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ class Echo(logging.Handler):
 def main() -> None:
     markers, stopped = Path(sys.argv[1]), int(sys.argv[2])
     logging.getLogger("gcurun.runtime").addHandler(Echo())
+    if len(sys.argv) > 3 and os.environ.get("GCURUN_RANK") == sys.argv[3]:
+        os.environ["GCURUN_TIMEOUT_SECONDS"] = str(
+            float(os.environ["GCURUN_TIMEOUT_SECONDS"]) / 2)
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     hvd.allreduce(np.ones(4), name="warmup")
