@@ -70,6 +70,9 @@ class RankFailure:
     # Ranks this one gave up waiting for (a collective's timeout, the stall inspector),
     # with their hosts, when they were still running then: those did not arrive.
     waited_for: tuple[tuple[int, str], ...] = ()
+    # The ranks in between, in order, when this rank waited for one that waited in turn
+    # (its own last words said so) for ``waited_for``.
+    waited_through: tuple[tuple[int, str], ...] = ()
 
     @property
     def signal_name(self) -> str | None:
@@ -97,8 +100,11 @@ class RankFailure:
         if not self.waited_for:
             return f"{self.describe()} (root cause)"
         named = " and ".join(f"rank {r} on {h}" for r, h in self.waited_for)
+        them = "them" if len(self.waited_for) > 1 else "it"
+        chain = "".join(f"rank {r} on {h}, which waited in turn for "
+                        for r, h in self.waited_through)
         return (f"{named} did not arrive (root cause): {self.describe()} after it gave "
-                f"up waiting for {'them' if len(self.waited_for) > 1 else 'it'}")
+                f"up waiting for {chain}{them}")
 
 
 class RanksFailedError(GcurunError):

@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gcurun.errors import JobInterrupted, RankFailure, RanksFailedError
 from gcurun.launch.api import (
@@ -125,6 +125,27 @@ class JobState:
         return tuple((r, self.rank_hosts[r]) for r in ranks_waited_for(last_words)
                      if r != rank and r in self.running)
 
+    def _followed(self, failure: RankFailure) -> RankFailure:
+        """``failure`` with the rank it waited for replaced by the ones that rank was
+        waiting for in turn, when that rank failed later saying so (a chain of waits
+        ends at the rank that did not arrive). Followed one named rank at a time."""
+        through: list[tuple[int, str]] = []
+        named = failure.waited_for
+        seen = {failure.rank}
+        while len(named) == 1 and named[0][0] not in seen:
+            rank = named[0][0]
+            seen.add(rank)
+            further = next((f.waited_for for f in self.later_failures
+                            if f.rank == rank and f.waited_for), ())
+            further = tuple(r for r in further if r[0] not in seen)
+            if not further:
+                break
+            through.append(named[0])
+            named = further
+        if not through:
+            return failure
+        return replace(failure, waited_for=named, waited_through=tuple(through))
+
     def on_lost(self, event: ExecutorErrorEvent) -> bool:
         """Ranks an executor lost contact with count as failed (exit code 255)."""
         lost = [r for r in event.ranks if r in self.running]
@@ -142,7 +163,7 @@ class JobState:
     def outcome(self) -> None:
         """Raise what ended the job, or return when every rank succeeded."""
         if self.failure is not None:
-            raise RanksFailedError(self.failure, tuple(self.later_failures))
+            raise RanksFailedError(self._followed(self.failure), tuple(self.later_failures))
         if self.interrupt is not None:
             raise JobInterrupted(self.interrupt.signum, self.interrupt.name)
 

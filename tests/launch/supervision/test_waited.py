@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gcurun.errors import RankFailure
+from gcurun.errors import RankFailure, RanksFailedError
 from gcurun.launch.api import ExitEvent
 from gcurun.launch.supervision.supervise import JobState
 from gcurun.launch.supervision.waited import ranks_waited_for
@@ -62,6 +62,44 @@ def test_a_rank_that_waited_for_one_already_gone_is_the_root_cause_itself():
     assert state.failure.describe_cause() == "rank 0 on a exited with code 1 (root cause)"
 
 
+def test_a_chain_of_waits_is_followed_to_the_rank_that_did_not_arrive():
+    """Rank 3 gave up on rank 1, which (failing later) said it was itself waiting for
+    rank 2: the root cause names rank 2, through rank 1."""
+    state = state_with({0, 1, 2, 3})
+    assert state.on_exit(ExitEvent(3, exit_code=1), (
+        "CollectiveTimeout: allreduce 'g': no progress for 4 s waiting for rank 1; it "
+        "may be stuck",))
+    assert not state.on_exit(ExitEvent(1, exit_code=1), (
+        "PeerFailureError: allreduce 'g': the job was aborted: no progress for 4 s "
+        "waiting for rank 1; it may be stuck (seen by rank 3) (this rank was itself "
+        "waiting for rank 2, which had sent nothing for 3.9 s)",))
+    assert not state.on_exit(ExitEvent(0, exit_code=1), (
+        "PeerFailureError: allreduce 'g': the job was aborted: no progress for 4 s "
+        "waiting for rank 1; it may be stuck (seen by rank 3) (this rank was itself "
+        "waiting for rank 2, which had sent nothing for 3.9 s)",))
+    with pytest.raises(RanksFailedError) as raised:
+        state.outcome()
+    assert raised.value.failure.describe_cause() == (
+        "rank 2 on b did not arrive (root cause): rank 3 on b exited with code 1 after it "
+        "gave up waiting for rank 1 on a, which waited in turn for it")
+    assert raised.value.exit_code == 1
+
+
+def test_a_chain_that_comes_back_stops_before_it():
+    """Rank 0 gave up on rank 1, which said it waited for rank 0: rank 1 is named."""
+    state = state_with({0, 1, 2, 3})
+    assert state.on_exit(ExitEvent(0, exit_code=1), (
+        "CollectiveTimeout: no progress for 4 s waiting for rank 1; it may be stuck",))
+    state.on_exit(ExitEvent(1, exit_code=1), (
+        "PeerFailureError: the job was aborted: ... (this rank was itself waiting for "
+        "rank 0, which had sent nothing for 1.0 s)",))
+    with pytest.raises(RanksFailedError) as raised:
+        state.outcome()
+    assert raised.value.failure.describe_cause() == (
+        "rank 1 on a did not arrive (root cause): rank 0 on a exited with code 1 after it "
+        "gave up waiting for it")
+
+
 def test_a_failure_without_such_words_reads_as_before():
     failure = RankFailure(rank=3, host="b", signal=9)
     assert failure.describe_cause() == "rank 3 on b was killed by SIGKILL (root cause)"
@@ -77,3 +115,15 @@ def test_the_root_cause_of_a_stopped_rank_names_it(launcher):
     assert "gcurun: job failed: rank 1 on localhost did not arrive (root cause): rank 0 on " \
         "localhost exited with code 1 after it gave up waiting for it; every other rank was " \
         "stopped" in done.stderr, done.stderr
+
+
+@pytest.mark.integration
+def test_the_root_cause_of_a_stopped_rank_among_four_names_it():
+    """Rank 3, the first to give up, waits for rank 1, which waits for the stopped rank
+    2: whichever waiting rank fails first, the root cause is rank 2 (through rank 1's
+    words when rank 3 came first)."""
+    done = run_gcurun("-np", "4", "--grace-seconds", "1", sys.executable, STOPS_ITSELF,
+                      "2", "3", timeout=120, env={"GCURUN_TIMEOUT_SECONDS": "6"})
+    assert done.returncode == 1, done.stderr
+    assert "gcurun: job failed: rank 2 on localhost did not arrive (root cause): rank " \
+        in done.stderr, done.stderr
