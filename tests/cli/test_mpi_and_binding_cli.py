@@ -8,6 +8,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import psutil
 import pytest
@@ -37,6 +39,33 @@ def test_dry_run_shows_the_exact_mpirun_command():
     assert "-x FOO=bar" in joined and "-x MASTER_PORT=29500" in joined
     assert "--mca pml ob1 " + sys.executable in joined
     assert ("--allow-run-as-root" in argv) == (os.geteuid() == 0)
+    # Open MPI's session directory goes into the job's own folder.
+    assert "--prtemca prte_local_tmpdir_base $TMPDIR/gcurun-mpi-XXXXXX " in joined
+
+
+@needs_mpirun
+def test_a_killed_mpirun_leaves_no_session_directory():
+    """Rank 0 kills mpirun (its parent) with SIGKILL, which leaves mpirun no time to
+    remove its session directory: it was in the job's folder, which gcurun removes, so
+    nothing of it is left in the temporary folder (where a later mpirun given the same
+    pid would fail to start its PMIx server). The folder is a short one: under a deep
+    one PMIx's socket paths would not fit, and gcurun leaves mpirun its default."""
+    tmp_path = Path(tempfile.mkdtemp(prefix="gc-", dir="/tmp"))
+    try:
+        _killed_mpirun_in(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _killed_mpirun_in(tmp_path: Path) -> None:
+    script = ("import os, signal, time\n"
+              "if os.environ['OMPI_COMM_WORLD_RANK'] == '0':\n"
+              "    os.kill(os.getppid(), signal.SIGKILL)\n"
+              "time.sleep(30)\n")
+    res = run_gcurun("--mpi", "-np", "2", "--grace-seconds", "1", sys.executable, "-c",
+                     script, env={"TMPDIR": str(tmp_path)}, timeout=120)
+    assert res.returncode == 137, res.stdout + res.stderr      # mpirun's SIGKILL
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))
 
 
 @needs_mpirun

@@ -274,6 +274,7 @@ def build_mpirun_command(
     launcher_env: Mapping[str, str] | None = None,
     program_env: Mapping[str, str] | None = None,
     mpi4py_library: str | None = None,
+    session_base: str | None = None,
 ) -> MpirunCommand:
     """The mpirun invocation that runs ``plan``.
 
@@ -286,6 +287,10 @@ def build_mpirun_command(
     ``program_env`` goes into a Hydra mpirun's own environment (PATH with its folder
     first: Intel's mpirun runs ``mpiexec.hydra`` from PATH);
     ``mpi4py_library`` (MPICH, Intel MPI) is given to every rank as ``MPI4PY_LIBMPI``.
+    ``session_base`` (Open MPI) holds mpirun's session directory instead of the system's
+    temporary folder: the job's own folder, removed when it ends, so that a session left
+    by an mpirun that was killed cannot stop a later one that gets the same pid (its
+    PMIx server then fails to bind its socket: "listener thread failed to start").
     Hydra flavours also tell the shim so (``GCURUN_MPI_HYDRA``): it gives each rank a
     process group of its own (Hydra's proxy keeps every rank in the proxy's group, where no
     guard could stop a rank's children) and passes output on in whole lines (Hydra
@@ -314,6 +319,10 @@ def build_mpirun_command(
     args, hostfile = builder(plan, settings, flavour, public_env, names,
                              is_root=is_root, hostfile_path=hostfile_path,
                              interfaces=interfaces or {})
+    if session_base and flavour.kind == "openmpi":
+        args[:0] = (["--prtemca", "prte_local_tmpdir_base", session_base]
+                    if flavour.major >= 5 else
+                    ["--mca", "orte_local_tmpdir_base", session_base])
     argv = (settings.mpi.mpirun, *args, *settings.mpi.args,
             python, "-m", SHIM_MODULE, "--", *plan.ranks[0].argv)
     hydra = flavour.kind != "openmpi"

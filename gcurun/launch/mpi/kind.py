@@ -12,8 +12,10 @@ from gcurun.launch.kinds import Bound, LauncherKind, Preview
 if TYPE_CHECKING:
     from gcurun.launch.kinds import PreparedJob
 
-# What --dry-run shows for the hostfile a run writes into a fresh temporary directory.
-PREVIEW_HOSTFILE = "$TMPDIR/gcurun-mpi-XXXXXX/hostfile"
+# What --dry-run shows for the fresh temporary directory of a run (its hostfile, and
+# mpirun's session directory under Open MPI).
+PREVIEW_FOLDER = "$TMPDIR/gcurun-mpi-XXXXXX"
+PREVIEW_HOSTFILE = f"{PREVIEW_FOLDER}/hostfile"
 
 
 class MPIKind(LauncherKind):
@@ -51,7 +53,7 @@ class MPIKind(LauncherKind):
         from gcurun.launch.mpi.rank_group import mpi_command
 
         command, _ = mpi_command(job.plan, job.settings, secrets={},
-                                 hostfile_path=PREVIEW_HOSTFILE)
+                                 hostfile_path=PREVIEW_HOSTFILE, session_base=PREVIEW_FOLDER)
         return Preview(mpirun=(tuple(command.argv), command.hostfile))
 
     def service_address(self, port: int) -> str:

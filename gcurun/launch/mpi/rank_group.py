@@ -249,7 +249,8 @@ def local_interfaces() -> dict[str, tuple[str, ...]]:
 
 def mpi_command(plan: LaunchPlan, settings: Settings, *, secrets: Mapping[str, str],
                 hostfile_path: str, flavour: MPIFlavour | None = None,
-                environ: Mapping[str, str] | None = None) -> tuple[MpirunCommand, MPIFlavour]:
+                environ: Mapping[str, str] | None = None,
+                session_base: str | None = None) -> tuple[MpirunCommand, MPIFlavour]:
     """The command (and probed flavour) for ``plan``: what --dry-run shows and runs."""
     import dataclasses
 
@@ -269,8 +270,25 @@ def mpi_command(plan: LaunchPlan, settings: Settings, *, secrets: Mapping[str, s
         plan, settings, flavour, is_root=os.geteuid() == 0, python=python,
         hostfile_path=hostfile_path, secrets=secrets, interfaces=interfaces,
         launcher_env=environ, program_env=program_env,
-        mpi4py_library=mpi4py_library(mpirun, flavour, {**environ, **program_env}))
+        mpi4py_library=mpi4py_library(mpirun, flavour, {**environ, **program_env}),
+        session_base=session_base)
     return command, flavour
+
+
+# The longest path a Unix socket may have (sun_path holds 108 bytes with its NUL).
+SOCKET_PATH_MAX = 107
+
+
+def session_base(folder: str, hostname: str | None = None) -> str | None:
+    """``folder`` as the base of Open MPI's session directory, when the longest socket
+    path its PMIx server makes there (``ompi.PID/pmix.HOST.tool.prterun-HOST-PID@0``)
+    fits; else None (the system's temporary folder, as without gcurun)."""
+    import socket
+
+    host = hostname or socket.gethostname()
+    pid = "4194304"         # the largest pid Linux hands out
+    longest = f"{folder}/ompi.{pid}/pmix.{host}.tool.prterun-{host}-{pid}@0"
+    return folder if len(longest.encode()) <= SOCKET_PATH_MAX else None
 
 
 def mpi_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[MpiRankGroup]:
@@ -279,7 +297,8 @@ def mpi_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[MpiRankGrou
     tmp = tempfile.mkdtemp(prefix="gcurun-mpi-")
     try:
         command, flavour = mpi_command(plan, settings, secrets=secrets,
-                                       hostfile_path=os.path.join(tmp, "hostfile"))
+                                       hostfile_path=os.path.join(tmp, "hostfile"),
+                                       session_base=session_base(tmp))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -19,6 +19,7 @@ from gcurun.launch.mpi.command import (
     parse_network_interface,
     probe_mpi_flavour,
 )
+from gcurun.launch.mpi.rank_group import session_base
 from gcurun.launch.planning.plan import build_plan
 
 VERSIONS = {
@@ -141,6 +142,28 @@ def test_command_snapshot(name):
         assert cmd.hostfile is None and cmd.hostfile_path is None
     else:
         assert cmd.hostfile == "a:2\nb:2\n" and cmd.hostfile_path == "/tmp/job/hostfile"
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("openmpi5", ["--prtemca", "prte_local_tmpdir_base", "/tmp/job"]),
+    ("openmpi4", ["--mca", "orte_local_tmpdir_base", "/tmp/job"]),
+    ("mpich", None), ("intel", None),
+])
+def test_open_mpis_session_directory_goes_into_the_jobs_folder(name, expected):
+    cmd = build_mpirun_command(plan(), SETTINGS, parse_mpirun_version(VERSIONS[name]),
+                               is_root=False, python="/usr/bin/python3",
+                               hostfile_path="/tmp/job/hostfile", interfaces=INTERFACES,
+                               session_base="/tmp/job")
+    if expected is None:
+        assert "/tmp/job " not in shlex.join(cmd.argv) + " "
+    else:
+        assert list(cmd.argv[1:4]) == expected
+
+
+def test_a_folder_too_deep_for_pmixs_sockets_keeps_the_default():
+    assert session_base("/tmp/gcurun-mpi-abcd1234", "node-17") == "/tmp/gcurun-mpi-abcd1234"
+    deep = "/scratch/" + "x" * 60
+    assert session_base(deep, "node-17") is None
 
 
 PLAIN = Settings()
