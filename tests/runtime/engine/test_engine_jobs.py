@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -200,24 +201,31 @@ def test_a_stopped_rank_is_named_by_the_stall_warning_and_the_timeout(
     assert not warned[stopped], warned[stopped]
     assert all(warned[r] for r in waiting), job.stdout + job.stderr
     assert "which sent nothing in that time" in warned[waiting[0]][0]
-    named = {r: {int(word) for line in warned[r]
-                 for word in [line.split(" s for rank ")[1].split(",")[0]]}
+    # "... has waited 1.1 s for rank 2, which sent ..." or "... for ranks 1, 2, which ..."
+    named = {r: {int(n) for line in warned[r] for n in re.findall(
+                 r"\d+", re.search(r" s for ranks? ([\d, ]+), which sent ", line)[1])}
              for r in waiting}
     assert stopped in set().union(*named.values()), named
     assert all(named[r] <= set(waiting) | {stopped} for r in waiting), named
     for rank in waiting:
         raised = job.lines(f"rank {rank} raised ")
         assert len(raised) == 1, job.stdout + job.stderr
-        assert "allreduce 'after.stop'" in raised[0] and "waiting for rank " in raised[0]
+        assert "allreduce 'after.stop'" in raised[0] and waited_in(raised[0]), raised
         if size == 2:
             assert "no progress for 4 s waiting for rank 1;" in raised[0], raised
     raised = [line for line in job.lines("rank ") if " raised " in line]
-    assert any(f"waiting for rank {stopped};" in line
-               or f"this rank was itself waiting for rank {stopped}," in line
-               for line in raised), job.stdout
+    assert any(stopped in waited_in(line) for line in raised), job.stdout
     for line in raised:
         if "this rank was itself waiting for " in line:
             assert "PeerFailureError" in line and "the job was aborted: " in line, line
+
+
+def waited_in(line: str) -> set[int]:
+    """The ranks a raised line says it (or the rank that aborted it) waited for:
+    "waiting for rank 1", "... for rank 1 and rank 3", "... for ranks 1, 3"."""
+    return {int(n) for match in re.findall(
+        r"waiting for (ranks? \d+(?:(?:, | and | and rank )\d+)*)", line)
+        for n in re.findall(r"\d+", match)}
 
 
 def test_an_abort_that_reaches_a_waiting_rank_says_whom_it_waited_for(tmp_path: Path) -> None:
