@@ -50,6 +50,10 @@ def test_a_killed_mpirun_leaves_no_session_directory():
     nothing of it is left in the temporary folder (where a later mpirun given the same
     pid would fail to start its PMIx server). The folder is a short one: under a deep
     one PMIx's socket paths would not fit, and gcurun leaves mpirun its default."""
+    from gcurun.launch.mpi.command import mpirun_program, probe_mpi_flavour
+
+    if probe_mpi_flavour(mpirun_program("mpirun")).kind != "openmpi":
+        pytest.skip("the mpirun on PATH is not Open MPI's")
     tmp_path = Path(tempfile.mkdtemp(prefix="gc-", dir="/tmp"))
     try:
         _killed_mpirun_in(tmp_path)
