@@ -294,7 +294,7 @@ def _supervise(python: str, settings: Any, flavour: Any, secrets: Mapping[str, s
     daemon that never came up leaves mpirun waiting with no deadline of its own; why goes
     into ``late``)."""
     from gcurun.launch.execute import signals_to
-    from gcurun.launch.mpi.rank_group import MpiRankGroup, mpi_command, session_base
+    from gcurun.launch.mpi.rank_group import MpiRankGroup, mpi_command
     from gcurun.launch.prepare import prepare
     from gcurun.launch.remote import run_function as rank_side
     from gcurun.launch.supervision.supervise import EventQueue, stop_groups, supervise
@@ -303,8 +303,7 @@ def _supervise(python: str, settings: Any, flavour: Any, secrets: Mapping[str, s
         plan = prepared.plan
         tmp = tempfile.mkdtemp(prefix="gcurun-mpi-")
         command, _ = mpi_command(plan, settings, secrets=secrets, flavour=flavour,
-                                 hostfile_path=os.path.join(tmp, "hostfile"),
-                                 session_base=session_base(tmp))
+                                 folder=tmp)
         group = MpiRankGroup(plan, command, flavour, base_env={**os.environ, **launcher_env},
                              cleanup_dir=tmp, grace_seconds=settings.grace_seconds)
         events = EventQueue()

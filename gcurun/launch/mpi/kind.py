@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 # What --dry-run shows for the fresh temporary directory of a run (its hostfile, and
 # mpirun's session directory under Open MPI).
 PREVIEW_FOLDER = "$TMPDIR/gcurun-mpi-XXXXXX"
-PREVIEW_HOSTFILE = f"{PREVIEW_FOLDER}/hostfile"
 
 
 class MPIKind(LauncherKind):
@@ -52,8 +51,7 @@ class MPIKind(LauncherKind):
         chosen at start) and the hostfile text."""
         from gcurun.launch.mpi.rank_group import mpi_command
 
-        command, _ = mpi_command(job.plan, job.settings, secrets={},
-                                 hostfile_path=PREVIEW_HOSTFILE, session_base=PREVIEW_FOLDER)
+        command, _ = mpi_command(job.plan, job.settings, secrets={}, folder=PREVIEW_FOLDER)
         return Preview(mpirun=(tuple(command.argv), command.hostfile))
 
     def service_address(self, port: int) -> str:

@@ -248,10 +248,11 @@ def local_interfaces() -> dict[str, tuple[str, ...]]:
 
 
 def mpi_command(plan: LaunchPlan, settings: Settings, *, secrets: Mapping[str, str],
-                hostfile_path: str, flavour: MPIFlavour | None = None,
-                environ: Mapping[str, str] | None = None,
-                session_base: str | None = None) -> tuple[MpirunCommand, MPIFlavour]:
-    """The command (and probed flavour) for ``plan``: what --dry-run shows and runs."""
+                folder: str, flavour: MPIFlavour | None = None,
+                environ: Mapping[str, str] | None = None) -> tuple[MpirunCommand, MPIFlavour]:
+    """The command (and probed flavour) for ``plan``: what --dry-run shows and runs.
+    ``folder`` is the job's temporary folder: its hostfile, and under Open MPI mpirun's
+    session directory (see :func:`session_base`)."""
     import dataclasses
 
     from gcurun.launch.mpi.command import mpirun_program, probe_mpi_flavour
@@ -268,10 +269,10 @@ def mpi_command(plan: LaunchPlan, settings: Settings, *, secrets: Mapping[str, s
         flavour.kind != "openmpi" else None
     command = build_mpirun_command(
         plan, settings, flavour, is_root=os.geteuid() == 0, python=python,
-        hostfile_path=hostfile_path, secrets=secrets, interfaces=interfaces,
-        launcher_env=environ, program_env=program_env,
+        hostfile_path=os.path.join(folder, "hostfile"), secrets=secrets,
+        interfaces=interfaces, launcher_env=environ, program_env=program_env,
         mpi4py_library=mpi4py_library(mpirun, flavour, {**environ, **program_env}),
-        session_base=session_base)
+        session_base=session_base(folder))
     return command, flavour
 
 
@@ -296,9 +297,7 @@ def mpi_groups(job: PreparedJob, secrets: Mapping[str, str]) -> list[MpiRankGrou
     plan, settings = job.plan, job.settings
     tmp = tempfile.mkdtemp(prefix="gcurun-mpi-")
     try:
-        command, flavour = mpi_command(plan, settings, secrets=secrets,
-                                       hostfile_path=os.path.join(tmp, "hostfile"),
-                                       session_base=session_base(tmp))
+        command, flavour = mpi_command(plan, settings, secrets=secrets, folder=tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -132,7 +132,7 @@ class JobState:
         through: list[tuple[int, str]] = []
         named = failure.waited_for
         seen = {failure.rank}
-        while len(named) == 1 and named[0][0] not in seen:
+        while len(named) == 1:         # (never a rank seen: each step leaves those out)
             rank = named[0][0]
             seen.add(rank)
             further = next((f.waited_for for f in self.later_failures
