@@ -56,6 +56,18 @@ def test_two_hosts_of_two_ranks_over_mpi_by_horovods_variable(netns_cluster, tmp
             not set(FLAT) & set(report["phases"]), report
 
 
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs mpirun")
+def test_two_hosts_of_one_rank_over_mpi_stream_the_ring(netns_cluster, tmp_path):
+    """Between hosts the mpi transport leaves the ring's chunks in flight (and gcurun
+    gives Open MPI an eager limit above them): exact sums, the flat ring."""
+    reports = run_check(netns_cluster, tmp_path, "h1:1,h2:1", "--mpi",
+                        "--network-interface", f"{netns_cluster.subnet_prefix}.0/24")
+    for report in reports.values():
+        assert report["backend"] == "mpi" and report["streams"], report
+        assert set(FLAT) <= set(report["phases"]), report
+
+
 def test_three_hosts_of_two_ranks_and_uneven_hosts(netns_cluster, tmp_path):
     """Three hosts take two levels; hosts with different numbers of ranks cannot, and
     run the flat ring even when told to take two levels."""

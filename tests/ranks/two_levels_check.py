@@ -19,6 +19,7 @@ import random
 import numpy as np
 
 import gcurun.runtime as hvd
+from gcurun.runtime.frontend.state import state
 
 SIZES = [1, 3, 7, 1001, 8193, 100_003, 262_147]
 
@@ -77,7 +78,11 @@ def main() -> None:
     os.environ["GCURUN_TIMELINE_FILENAME"] = timeline
     hvd.init()
     bad += check("traced")
-    report = {"rank": rank, "size": hvd.size(), "backend": hvd.backend(), "bad": bad}
+    transport = state("check").transport
+    streams = getattr(transport, "streams", None)        # (between its ring neighbours)
+    report = {"rank": rank, "size": hvd.size(), "backend": hvd.backend(), "bad": bad,
+              "streams": streams is not None and streams((rank + 1) % hvd.size(),
+                                                         (rank - 1) % hvd.size())}
     hvd.shutdown()
     report["phases"] = phases(timeline.format(rank=rank))
     print(json.dumps(report), flush=True)

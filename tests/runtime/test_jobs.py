@@ -203,6 +203,21 @@ def test_large_allreduces_stream_over_sockets(size: int) -> None:
 
 @pytest.mark.mpi
 @needs_mpi
+@pytest.mark.parametrize("size", [2, 3])
+def test_large_allreduces_stream_over_mpi_as_between_hosts(size: int) -> None:
+    """The mpi transport's exchanges left in flight (as in a job on several hosts):
+    every rank cuts the ring's chunks alike, so every message matches its receive, and
+    the results come out exact."""
+    job = run_job("mpi", size, "streaming.py", "mpi")
+    assert job.returncodes == [0], job.stdout + job.stderr
+    for rank in range(size):
+        lines = job.lines(f"rank {rank} of {size} ok: ")
+        assert len(lines) == 1, job.stdout + job.stderr
+        assert int(lines[0].split(", ")[1].split()[0]) > 0, lines[0]
+
+
+@pytest.mark.mpi
+@needs_mpi
 @pytest.mark.parametrize(("size", "env"), [
     pytest.param(2, {}, id="2-single-copy"),
     pytest.param(3, {}, id="3-single-copy"),

@@ -8,6 +8,12 @@ then, so oversubscribed jobs still progress), then tests and sleeps, longer and 
 (:mod:`gcurun.runtime.transport._waiting`): a rank waiting for a slow one costs almost
 no CPU. No call blocks in MPI itself, not even a send of a few bytes: one to a stopped
 rank can block in Open MPI's shared memory, out of the timeout's reach.
+
+In a job on several hosts the ring's exchanges are left in flight
+(:meth:`MPITransport.start_sendrecv_parts`): chunks of a few hundred KiB, two or three
+queued at a time, each reduced once it is there while the next ones move. One message of
+a whole segment over the library's TCP path moved at half a 2 Gbit/s link on two hosts
+(``docs/benchmarks.md``); a short queue of chunks keeps it busy.
 """
 
 from __future__ import annotations
@@ -53,6 +59,11 @@ class MPITransport:
         self.timeout = timeout_seconds
         self._persistent: dict[Callable[[], None], tuple] = {}
         self._spin = Spin()
+        # Whether the ranks are on several hosts: the same answer on every rank (see
+        # streams), from the collective call that groups them by shared memory.
+        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self._across_hosts = local.Get_size() < self.size
+        local.Free()
 
     def job_aborted(self, reason: str) -> None:
         """End this rank's part: a call blocked now, and every later one that has to
@@ -108,6 +119,42 @@ class MPITransport:
             if requests and not mpi.Request.Testall(requests):
                 self._wait(requests, peers)
         except mpi.Exception as exc:
+            raise PeerFailureError(f"MPI failed between rank {self.rank} and ranks "
+                                   f"{sorted(set(peers))}: {exc}") from None
+
+    def streams(self, dest: int, source: int) -> bool:
+        """Whether exchanges that send to ``dest`` and receive from ``source`` are left
+        in flight (:meth:`start_sendrecv_parts`): in a job on several hosts, between any
+        two of its ranks. An MPI message is received as it was sent, so unlike tcp's
+        answer, which depends on the peers, this one is the same for every pair: both
+        ends of every exchange cut it alike."""
+        return self._across_hosts
+
+    def start_sendrecv_parts(self, sendbufs: Sequence[Buffer], dest: int,
+                             recvbufs: Sequence[Buffer], source: int) -> _Flight | None:
+        """:meth:`sendrecv_parts` started and left in flight (see
+        :class:`gcurun.runtime.api.InFlight`) where :meth:`streams` says so: its messages
+        move (as the library progresses them, in every later call) while this rank
+        reduces. None, with nothing started, elsewhere."""
+        sends, recvs = _messages(sendbufs), _messages(recvbufs)
+        if not self._across_hosts or not sends and not recvs:
+            return None
+        comm, byte = self.comm, self._byte
+        try:
+            receives = [comm.Irecv([buf, byte], source, TAG) for buf in recvs]
+            sending = [comm.Isend([buf, byte], dest, TAG) for buf in sends]
+        except self._mpi.Exception as exc:
+            raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
+                                   f"{source if recvs else dest}: {exc}") from None
+        return _Flight(self, receives, [buf.nbytes for buf in recvs], source, sending, dest)
+
+    def complete(self, requests: list, peers: list[int]) -> None:
+        """Wait for ``requests`` (``peers[i]``: the rank ``requests[i]`` waits for) as
+        every call of this transport waits (see :meth:`_wait`)."""
+        try:
+            if not self._mpi.Request.Testall(requests):
+                self._wait(requests, peers)
+        except self._mpi.Exception as exc:
             raise PeerFailureError(f"MPI failed between rank {self.rank} and ranks "
                                    f"{sorted(set(peers))}: {exc}") from None
 
@@ -234,6 +281,36 @@ class MPITransport:
                 comm.Free()
             except self._mpi.Exception:
                 pass
+
+
+class _Flight:
+    """An exchange of :meth:`MPITransport.start_sendrecv_parts` in flight: its receives
+    complete in order (MPI keeps a pair's messages in order), so what has arrived is
+    always a prefix of them."""
+
+    __slots__ = ("_t", "_receives", "_sizes", "_source", "_sends", "_dest", "_next",
+                 "_arrived")
+
+    def __init__(self, transport: MPITransport, receives: list, sizes: list[int],
+                 source: int, sends: list, dest: int):
+        self._t, self._receives, self._sizes, self._source = transport, receives, sizes, source
+        self._sends, self._dest = sends, dest
+        self._next = 0              # the first receive not known to be complete
+        self._arrived = 0           # the bytes of those before it
+
+    def received(self, at_least: int) -> int:
+        while self._arrived < at_least and self._next < len(self._receives):
+            self._t.complete([self._receives[self._next]], [self._source])
+            self._arrived += self._sizes[self._next]
+            self._next += 1
+        return self._arrived
+
+    def wait(self) -> None:
+        rest = self._receives[self._next:]
+        self._t.complete(rest + self._sends,
+                         [self._source] * len(rest) + [self._dest] * len(self._sends))
+        self._next, self._arrived = len(self._receives), sum(self._sizes)
+        self._sends = []
 
 
 def _waiting_for(requests: list, peers: list[int]) -> tuple[int, ...]:

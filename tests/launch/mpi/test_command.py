@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 import pytest
@@ -10,6 +11,7 @@ from gcurun.config.api import MPISettings, Settings, SSHSettings
 from gcurun.errors import LaunchError, UsageError
 from gcurun.hosts.api import HostSpec
 from gcurun.launch.mpi.command import (
+    TCP_EAGER_LIMIT,
     MPIFlavour,
     build_mpirun_command,
     interface_for,
@@ -21,6 +23,7 @@ from gcurun.launch.mpi.command import (
 )
 from gcurun.launch.mpi.rank_group import session_base
 from gcurun.launch.planning.plan import build_plan
+from gcurun.runtime.algorithms.ring import STREAM_BYTES
 
 VERSIONS = {
     "openmpi4": "mpirun (Open MPI) 4.1.5\n\nReport bugs to http://www.open-mpi.org/community/help/\n",
@@ -93,6 +96,7 @@ JOB = ("FOO=bar GCURUN_BIND_TO=numa 'GCURUN_DEVICES=0,1;0,1' GCURUN_DEVICE_ISOLA
 def genv(text):
     return " ".join(f"-genv {item.replace('=', ' ', 1)}" for item in text.split(" "))
 TAIL = "--mca pml ob1 /usr/bin/python3 -m gcurun.launch.remote.mpi_shim -- bash run.sh"
+EAGER = "--mca btl_tcp_eager_limit 524288 "         # (Open MPI, on several hosts)
 
 
 def xs(flag):
@@ -104,12 +108,12 @@ SNAPSHOTS = {
         "mpirun --allow-run-as-root -np 4 -H a:2,b:2 --map-by socket --bind-to numa "
         "--tag-output --report-bindings --mca btl_tcp_if_include 10.0.0.0/24 "
         "--mca oob_tcp_if_include 10.0.0.0/24 --wdir /srv/job " + xs("-x")
-        + " -x API_TOKEN -x PYTHONPATH " + TAIL),
+        + " -x API_TOKEN -x PYTHONPATH " + EAGER + TAIL),
     "openmpi5": (
         "mpirun --allow-run-as-root -np 4 -H a:2,b:2 --map-by package --bind-to numa "
         "--output tag --display bindings --mca btl_tcp_if_include 10.0.0.0/24 "
         "--prtemca oob_tcp_if_include 10.0.0.0/24 --wdir /srv/job " + xs("-x")
-        + " -x API_TOKEN -x PYTHONPATH " + TAIL),
+        + " -x API_TOKEN -x PYTHONPATH " + EAGER + TAIL),
     "mpich": (
         "mpirun -n 4 -f /tmp/job/hostfile -bind-to numa -map-by socket -prepend-rank "
         "-iface eth1 -wdir /srv/job -genv FOO bar -genv GCURUN_BIND_TO numa "
@@ -142,6 +146,29 @@ def test_command_snapshot(name):
         assert cmd.hostfile is None and cmd.hostfile_path is None
     else:
         assert cmd.hostfile == "a:2\nb:2\n" and cmd.hostfile_path == "/tmp/job/hostfile"
+
+
+def test_open_mpi_on_several_hosts_sends_the_rings_chunks_eagerly():
+    # The limit must take a whole chunk of the runtime's streaming ring, with room for
+    # Open MPI's header.
+    assert TCP_EAGER_LIMIT >= STREAM_BYTES + (4 << 10)
+    one_host = (HostSpec("a", slots=2),)
+    mine = dataclasses.replace(SETTINGS, mpi=dataclasses.replace(
+        SETTINGS.mpi, args=("--mca", "btl_tcp_eager_limit", "1048576")))
+    for name in ("openmpi4", "openmpi5"):
+        argv = command(name).argv
+        at = argv.index("btl_tcp_eager_limit")
+        assert argv[at - 1:at + 2] == ("--mca", "btl_tcp_eager_limit", "524288")
+        assert "btl_tcp_eager_limit" not in command(name, hosts=one_host).argv
+        # The user's own value wins, given to mpirun or in its environment.
+        assert command(name, settings=mine).argv.count("btl_tcp_eager_limit") == 1
+        assert "524288" not in command(name, settings=mine).argv
+        env = build_mpirun_command(plan(), SETTINGS, parse_mpirun_version(VERSIONS[name]),
+                                   is_root=True, python="/usr/bin/python3",
+                                   launcher_env={"OMPI_MCA_btl_tcp_eager_limit": "9"})
+        assert "btl_tcp_eager_limit" not in env.argv
+    for name in ("mpich", "intel"):
+        assert "btl_tcp_eager_limit" not in command(name).argv
 
 
 @pytest.mark.parametrize(("name", "expected"), [
