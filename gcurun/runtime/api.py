@@ -79,10 +79,11 @@ class Transport(Protocol):
     # started and left in flight, returned as an :class:`InFlight`, or None where this
     # pair of peers gains nothing from it (then nothing was started; the caller runs
     # ``sendrecv_parts``), with ``streams(dest, source)`` saying beforehand which it will
-    # be for an exchange that sends to ``dest`` and receives from ``source``. Between such
-    # peers a message is a byte stream: each side may cut it as it likes. The ring
+    # be for an exchange that sends to ``dest`` and receives from ``source``. Between tcp's
+    # such peers a message is a byte stream: each side may cut it as it likes. The ring
     # reduces what has arrived of a chunk while the rest, and the next chunks, still move
-    # (tcp does, for peers on other hosts).
+    # (tcp does, for peers on other hosts; mpi, in a job on several hosts, for every pair
+    # of its ranks alike, since an MPI message is received as it was sent).
     #
     # And a ``blocked`` attribute: a :class:`Blocked` while a call has waited past its
     # first quick spins without progress, else None (tcp and mpi have it; the engine's

@@ -7,7 +7,9 @@ size; both ends cut each message alike, from the same layout. Where data is redu
 arrival it travels in chunks, reduced while still in cache; both sides of every transfer
 compute the same chunk boundaries, so message sizes always match (MPI needs that). The
 one exception is between ranks whose bytes go by socket (other hosts), where a message
-is a byte stream: there the ring streams in chunks of its own (:func:`streams`).
+is a byte stream: there the ring streams in chunks of its own (:func:`streams`). The mpi
+transport streams too, in a job on several hosts: there every rank streams, so both ends
+of each exchange still cut it alike.
 """
 
 from __future__ import annotations
