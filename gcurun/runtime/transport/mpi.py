@@ -13,7 +13,10 @@ In a job on several hosts the ring's exchanges are left in flight
 (:meth:`MPITransport.start_sendrecv_parts`): chunks of a few hundred KiB, two or three
 queued at a time, each reduced once it is there while the next ones move. One message of
 a whole segment over the library's TCP path moved at half a 2 Gbit/s link on two hosts
-(``docs/benchmarks.md``); a short queue of chunks keeps it busy.
+(``docs/benchmarks.md``); a short queue of chunks keeps it busy, at the link's rate once
+Open MPI sends a chunk without a handshake (``gcurun --mpi`` raises its
+``btl_tcp_eager_limit`` above the chunk; under a plain mpirun, pass
+``--mca btl_tcp_eager_limit 524288``).
 """
 
 from __future__ import annotations
