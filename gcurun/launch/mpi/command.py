@@ -347,7 +347,7 @@ def build_mpirun_command(
 def eager_limit_args(mpi_args: Sequence[str], launcher_env: Mapping[str, str]) -> list[str]:
     """Open MPI's ``btl_tcp_eager_limit`` raised to TCP_EAGER_LIMIT for a job on several
     hosts, unless the user sets it (in the mpirun arguments or as ``OMPI_MCA_...``)."""
-    if TCP_EAGER_LIMIT_PARAM in mpi_args or \
+    if any(TCP_EAGER_LIMIT_PARAM in arg for arg in mpi_args) or \
             f"OMPI_MCA_{TCP_EAGER_LIMIT_PARAM}" in launcher_env:
         return []
     return ["--mca", TCP_EAGER_LIMIT_PARAM, str(TCP_EAGER_LIMIT)]
