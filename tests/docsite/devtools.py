@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 BROWSER_VARIABLE = "GCURUN_CHROMIUM"
+# What the browser answers an evaluation made while the page moves to another document.
+BETWEEN_DOCUMENTS = ("navigated or closed", "Cannot find context with specified id",
+                     "Execution context was destroyed")
 
 
 def find_browser() -> str | None:
@@ -158,10 +161,16 @@ class Browser:
 
     def wait_for(self, expression: str, what: str) -> Any:
         """The value of ``expression`` once it is truthy; TimeoutError naming ``what`` if it
-        is not within the timeout."""
+        is not within the timeout. While the page is between two documents (a click or a
+        navigation under way) the browser may refuse to evaluate: that counts as not yet."""
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+            except RuntimeError as exc:
+                if not any(words in str(exc) for words in BETWEEN_DOCUMENTS):
+                    raise
+                value = None
             if value:
                 return value
             time.sleep(0.2)
