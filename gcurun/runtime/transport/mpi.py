@@ -96,10 +96,10 @@ class MPITransport:
             self._transfer(sends[0] if sends else None, dest, recvs[0] if recvs else None,
                            source)
             return
-        mpi, comm, byte = self._mpi, self.comm, self._byte
+        mpi = self._mpi
         try:
-            requests = [comm.Irecv([buf, byte], source, TAG) for buf in recvs]
-            requests += [comm.Isend([buf, byte], dest, TAG) for buf in sends]
+            receives, sending = self._start(sends, dest, recvs, source)
+            requests = receives + sending
             if not mpi.Request.Testall(requests):
                 self._wait(requests, [source] * len(recvs) + [dest] * len(sends))
         except mpi.Exception as exc:
@@ -110,14 +110,14 @@ class MPITransport:
                                                           Sequence[Buffer], int]]) -> None:
         """Several :meth:`sendrecv_parts` at once, ``(sendbufs, dest, recvbufs, source)``
         each, no peer in two of them: every message of every one in flight together."""
-        mpi, comm, byte = self._mpi, self.comm, self._byte
+        mpi = self._mpi
         requests: list = []
         peers: list[int] = []
         try:
             for sendbufs, dest, recvbufs, source in exchanges:
                 recvs, sends = _messages(recvbufs), _messages(sendbufs)
-                requests += [comm.Irecv([buf, byte], source, TAG) for buf in recvs]
-                requests += [comm.Isend([buf, byte], dest, TAG) for buf in sends]
+                receives, sending = self._start(sends, dest, recvs, source)
+                requests += receives + sending
                 peers += [source] * len(recvs) + [dest] * len(sends)
             if requests and not mpi.Request.Testall(requests):
                 self._wait(requests, peers)
@@ -142,14 +142,20 @@ class MPITransport:
         sends, recvs = _messages(sendbufs), _messages(recvbufs)
         if not self._across_hosts or not sends and not recvs:
             return None
-        comm, byte = self.comm, self._byte
         try:
-            receives = [comm.Irecv([buf, byte], source, TAG) for buf in recvs]
-            sending = [comm.Isend([buf, byte], dest, TAG) for buf in sends]
+            receives, sending = self._start(sends, dest, recvs, source)
         except self._mpi.Exception as exc:
             raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
                                    f"{source if recvs else dest}: {exc}") from None
         return _Flight(self, receives, [buf.nbytes for buf in recvs], source, sending, dest)
+
+    def _start(self, sends: list[Buffer], dest: int, recvs: list[Buffer],
+               source: int) -> tuple[list, list]:
+        """Post a message each: the receives of ``recvs`` from ``source`` (first), the
+        sends of ``sends`` to ``dest``; the two lists of requests."""
+        comm, byte = self.comm, self._byte
+        return ([comm.Irecv([buf, byte], source, TAG) for buf in recvs],
+                [comm.Isend([buf, byte], dest, TAG) for buf in sends])
 
     def complete(self, requests: list, peers: list[int]) -> None:
         """Wait for ``requests`` (``peers[i]``: the rank ``requests[i]`` waits for) as
