@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ torch = pytest.importorskip("torch",
 import gcurun.runtime.torch as hvd  # noqa: E402
 from gcurun.runtime.api import MismatchError  # noqa: E402
 from gcurun.runtime.torch import adasum  # noqa: E402
+from gcurun.runtime.torch.compression import compress_reusing, decompress_into  # noqa: E402
 from gcurun.runtime.torch.errors import internal_error  # noqa: E402
 from gcurun.runtime.torch.tensors import stage, to_tensor, write_back  # noqa: E402
 from tests.helpers import wait_for  # noqa: E402
@@ -82,6 +84,44 @@ def test_fp16_compression_round_trip() -> None:
     ints = torch.arange(3)
     assert hvd.Compression.fp16.compress(ints)[0] is ints
     assert hvd.Compression.none.compress(t) == (t, None)
+
+
+def test_fp16_casts_into_the_memory_it_is_offered() -> None:
+    grad = torch.tensor([0.1, 1.25, -3.0, 65504.0 * 2], dtype=torch.float32)
+    spare = torch.full((4,), 9.0, dtype=torch.float16)
+    sent, ctx = compress_reusing(hvd.Compression.fp16, grad, spare)
+    assert sent is spare and ctx == torch.float32
+    assert torch.equal(sent, grad.to(torch.float16))           # the same rounding
+    for wrong in (torch.zeros(3, dtype=torch.float16), torch.zeros(4, dtype=torch.float32)):
+        fresh, _ = compress_reusing(hvd.Compression.fp16, grad, wrong)
+        assert fresh is not wrong and torch.equal(fresh, grad.to(torch.float16))
+    assert compress_reusing(hvd.Compression.fp16, grad, None)[0].dtype == torch.float16
+    ints = torch.arange(4)
+    assert compress_reusing(hvd.Compression.fp16, ints, spare)[0] is ints
+    out = torch.zeros(4, dtype=torch.float64)
+    decompress_into(hvd.Compression.fp16, sent, torch.float64, out)
+    assert torch.equal(out, sent.to(torch.float64))
+
+
+def test_compressors_without_the_memory_methods_still_work() -> None:
+    class Halving:                       # a user's compressor, as Horovod's API has them
+        @staticmethod
+        def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
+            return tensor / 2, None
+
+        @staticmethod
+        def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
+            return tensor * 2
+
+    grad = torch.tensor([2.0, 4.0])
+    sent, ctx = compress_reusing(Halving, grad, torch.zeros(2))
+    assert torch.equal(sent, torch.tensor([1.0, 2.0]))
+    out = torch.zeros(2)
+    decompress_into(Halving, sent, ctx, out)
+    assert torch.equal(out, grad)
+    same = torch.tensor([5.0])
+    decompress_into(hvd.Compression.none, same, None, same)
+    assert torch.equal(same, torch.tensor([5.0]))
 
 
 def test_errors_are_the_runtimes_and_horovods_at_once() -> None:

@@ -17,7 +17,12 @@ import torch
 
 from gcurun.runtime.torch import mpi_ops
 from gcurun.runtime.torch._optimizer_args import Group, named_parameters_of, parameter_groups
-from gcurun.runtime.torch.compression import Compression, Compressor
+from gcurun.runtime.torch.compression import (
+    Compression,
+    Compressor,
+    compress_reusing,
+    decompress_into,
+)
 from gcurun.runtime.torch.mpi_ops import Average
 from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set
 
@@ -48,6 +53,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._requires_update.sort(key=lambda p: self._parameter_names[p])
         self._handles: dict[Any, tuple[Any, Any]] = {}
         self._filled: set[torch.Tensor] = set()
+        # What the compressor returned for each gradient last step (memory it may write
+        # into again, once that step's allreduce is done).
+        self._spares: dict[torch.Tensor, torch.Tensor] = {}
         self._group_of = {p: group for group in groups for p in group}
         self._group_ready = {group: 0 for group in groups}
         self._synchronized = False
@@ -110,7 +118,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                              postscale_factor=post,
                                              process_set=self.process_set),
                     ("densified", grad, None))
-        compressed, ctx = self._compression.compress(grad)
+        compressed, ctx = self._compress(p, grad)
         pre, post = self._scale_factors()
         handle = mpi_ops.allreduce_async_(compressed, name=name, op=self.op,
                                           prescale_factor=pre, postscale_factor=post,
@@ -121,7 +129,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in group:
             self._handles.pop(p, None)
             self._fill_missing(p)
-        pairs = [self._compression.compress(_dense(_grad(p))) for p in group]
+        pairs = [self._compress(p, _dense(_grad(p))) for p in group]
         pre, post = self._scale_factors()
         handle = mpi_ops.grouped_allreduce_async_(
             [t for t, _ in pairs], name=name or self._parameter_names.get(group[0]),
@@ -130,6 +138,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._handles[group] = (handle, pairs)
         if group in self._group_ready:
             self._group_ready[group] = 0
+
+    def _compress(self, p: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        compressed, ctx = compress_reusing(self._compression, grad, self._spares.get(p))
+        if compressed is not grad:
+            self._spares[p] = compressed
+        return compressed, ctx
 
     def _start_missing(self) -> None:
         """Start what backward did not: groups and gradients some rank did not compute
@@ -177,9 +191,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         elif kind == "densified":
             p.grad = self._compression.decompress(output, ctx).to_sparse()
         else:
-            reduced = self._compression.decompress(output, ctx)
-            if reduced is not p.grad:
-                _grad(p).copy_(reduced)
+            decompress_into(self._compression, output, ctx, _grad(p))
 
     # -- Horovod's public methods --------------------------------------------------------
 
@@ -293,6 +305,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """
         self._handles.clear()
         self._filled.clear()
+        self._spares.clear()        # (an allreduce forgotten here may still write one)
         for group in self._group_ready:
             self._group_ready[group] = 0
         self._reset_delays()

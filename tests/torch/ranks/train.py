@@ -154,6 +154,7 @@ class Trainer(Tally):
         self.misuse()
         self.optimizer_state()
         self.overlap()
+        self.fp16_memory()
         self.sync_batch_norm()
 
     def sync_batch_norm(self) -> None:
@@ -216,6 +217,40 @@ class Trainer(Tally):
         self.ok(seen == [True], "a gradient's allreduce completes while backward still runs")
         opt.step()
         self.same_everywhere(model, "after the overlapped step")
+
+    def fp16_memory(self) -> None:
+        """Compression.fp16 casts each gradient into the float16 memory it sent the step
+        before (none allocated after the first step), and the gradients it hands the
+        optimizer are float32, the average of what every rank sent (to float16's
+        rounding: the ring rounds each partial sum)."""
+        if self.size == 1:
+            return
+        model, _ = self.setup()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(),
+                                       compression=hvd.Compression.fp16)
+        sent: list[dict[str, torch.Tensor]] = []     # (held: no address is reused)
+        for step in range(3):
+            opt.zero_grad()
+            tokens, labels = batches(step, 0)
+            F.cross_entropy(model(shard(tokens, self.rank, self.size)),
+                            shard(labels, self.rank, self.size)).backward()
+            mine = {n: p.grad.to(torch.float16) for n, p in model.named_parameters()
+                    if p.grad is not None}                  # (not the unused branch)
+            everyone = {n: hvd.allgather(g.unsqueeze(0), name=f"fp16 memory {n} {step}")
+                        for n, g in mine.items()}
+            opt.synchronize()
+            wanted = {n: g.to(torch.float32).mean(0) for n, g in everyone.items()}
+            got = {n: p.grad for n, p in model.named_parameters() if n in mine}
+            self.ok(all(got[n].dtype == torch.float32 for n in got), "fp16: float32 grads")
+            self.ok(all(torch.allclose(got[n], wanted[n], rtol=4e-3, atol=1e-4) for n in got),
+                    f"fp16 step {step}: the average of what the ranks sent")
+            sent.append({n: opt._spares[p] for n, p in model.named_parameters() if n in mine})
+            with opt.skip_synchronize():
+                opt.step()
+        self.ok(len(sent[0]) == len(mine) and all(
+            later[n] is first for n, first in sent[0].items() for later in sent[1:]),
+                "fp16 sends every step from the memory of the first")
 
     def adasum(self) -> None:
         """op=Adasum: the gradients combine by the Adasum rule; every rank applies the
