@@ -17,7 +17,11 @@ torch = pytest.importorskip("torch",
 import gcurun.runtime.torch as hvd  # noqa: E402
 from gcurun.runtime.api import MismatchError  # noqa: E402
 from gcurun.runtime.torch import adasum  # noqa: E402
-from gcurun.runtime.torch.compression import compress_reusing, decompress_into  # noqa: E402
+from gcurun.runtime.torch.compression import (  # noqa: E402
+    compress_reusing,
+    decompress_into,
+    reuses_memory,
+)
 from gcurun.runtime.torch.errors import internal_error  # noqa: E402
 from gcurun.runtime.torch.tensors import stage, to_tensor, write_back  # noqa: E402
 from tests.helpers import wait_for  # noqa: E402
@@ -113,6 +117,7 @@ def test_compressors_without_the_memory_methods_still_work() -> None:
         def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
             return tensor * 2
 
+    assert not reuses_memory(Halving) and reuses_memory(hvd.Compression.fp16)
     grad = torch.tensor([2.0, 4.0])
     sent, ctx = compress_reusing(Halving, grad, torch.zeros(2))
     assert torch.equal(sent, torch.tensor([1.0, 2.0]))

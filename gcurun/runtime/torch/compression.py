@@ -82,13 +82,18 @@ class Compression:
     fp16 = FP16Compressor
 
 
+def reuses_memory(compression: Any) -> bool:
+    """Whether ``compression`` can write into memory it returned before (else keeping
+    that memory for it would only hold it)."""
+    return callable(getattr(compression, "compress_reusing", None))
+
+
 def compress_reusing(compression: Any, tensor: torch.Tensor,
                      spare: torch.Tensor | None) -> tuple[torch.Tensor, Any]:
     """``compression.compress(tensor)``, into ``spare`` where the compressor can."""
-    reusing = getattr(compression, "compress_reusing", None)
-    if reusing is None:
+    if not reuses_memory(compression):
         return compression.compress(tensor)
-    return reusing(tensor, spare)
+    return compression.compress_reusing(tensor, spare)
 
 
 def decompress_into(compression: Any, tensor: torch.Tensor, ctx: Any,

@@ -22,6 +22,7 @@ from gcurun.runtime.torch.compression import (
     Compressor,
     compress_reusing,
     decompress_into,
+    reuses_memory,
 )
 from gcurun.runtime.torch.mpi_ops import Average
 from gcurun.runtime.torch.process_sets import ProcessSet, global_process_set
@@ -141,7 +142,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _compress(self, p: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, Any]:
         compressed, ctx = compress_reusing(self._compression, grad, self._spares.get(p))
-        if compressed is not grad:
+        if compressed is not grad and reuses_memory(self._compression):
             self._spares[p] = compressed
         return compressed, ctx
 
