@@ -190,6 +190,8 @@ def test_a_member_rejoining_ends_the_generation_and_notify_reaches_members(serve
     wait_for("the abort to reach rank 0", lambda: bool(aborts), WAIT)
     assert aborts == ["the job was aborted: worker 1 (host h1) left generation 1 to "
                       "re-form"]
+    # The notification reaches worker 0 on its own connection, in its own time.
+    wait_for("the notification to reach worker 0", lambda: bool(updates), WAIT)
     assert updates == [(7, 1)]
     server.publish(2, [assignment(1, 0, 1)], removed=[0])
     assert again.get(timeout=WAIT)["generation"] == 2

@@ -164,8 +164,10 @@ def test_a_bootstrap_that_answers_no_ping_is_given_up_and_its_ranks_lost(session
 
 def test_pings_answered_keep_a_quiet_host(session):
     events = queue.Queue()
-    group = SSHRankGroup(session, [spec(0, "sleep", "4")], workdir="/")
-    group.keep_alive(1.0)   # four times as long as the liveness timeout, without output
+    # Quiet for twice the liveness timeout; a timeout of 2.5 s, not less, so that a
+    # machine busy with other tests does not delay a ping's answer past it.
+    group = SSHRankGroup(session, [spec(0, "sleep", "5")], workdir="/")
+    group.keep_alive(2.5)
     group.start(events)
     got = drain(events, 1)
     assert [(e.rank, e.exit_code) for e in got if isinstance(e, ExitEvent)] == [(0, 0)]
