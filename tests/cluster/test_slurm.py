@@ -172,12 +172,17 @@ def test_tasks_of_a_step_see_the_step(slurm_jobs, tmp_path):
 
 @pytest.mark.mpi
 def test_plain_srun_gives_one_rank_mpi_worlds_and_pmix_one_world(slurm_jobs, tmp_path):
-    plain = srun_tasks(slurm_jobs, tmp_path / "plain", "srun", "-N2", "-n2", REPORT_MPI="1")
+    # Open MPI's processes started by srun keep session folders under TMPDIR and leave
+    # some behind: under the test's folder, not the machine's /tmp.
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    plain = srun_tasks(slurm_jobs, tmp_path / "plain", "srun", "-N2", "-n2", REPORT_MPI="1",
+                       TMPDIR=str(tmpdir))
     assert [r["mpi"] for r in plain] == [[0, 1], [0, 1]]
     if not has_pmix(slurm_jobs):
         pytest.skip("this Slurm has no --mpi=pmix; install libpmix-dev before slurmd starts")
     pmix = srun_tasks(slurm_jobs, tmp_path / "pmix", "srun", "--mpi=pmix", "-N2", "-n2",
-                      REPORT_MPI="1")
+                      REPORT_MPI="1", TMPDIR=str(tmpdir))
     assert [r["mpi"] for r in pmix] == [[0, 2], [1, 2]]
 
 
