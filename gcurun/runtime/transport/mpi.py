@@ -110,7 +110,6 @@ class MPITransport:
                                                           Sequence[Buffer], int]]) -> None:
         """Several :meth:`sendrecv_parts` at once, ``(sendbufs, dest, recvbufs, source)``
         each, no peer in two of them: every message of every one in flight together."""
-        mpi = self._mpi
         requests: list = []
         peers: list[int] = []
         try:
@@ -119,11 +118,10 @@ class MPITransport:
                 receives, sending = self._start(sends, dest, recvs, source)
                 requests += receives + sending
                 peers += [source] * len(recvs) + [dest] * len(sends)
-            if requests and not mpi.Request.Testall(requests):
-                self._wait(requests, peers)
-        except mpi.Exception as exc:
-            raise PeerFailureError(f"MPI failed between rank {self.rank} and ranks "
-                                   f"{sorted(set(peers))}: {exc}") from None
+        except self._mpi.Exception as exc:
+            raise self._failed(peers, exc) from None
+        if requests:
+            self.complete(requests, peers)
 
     def streams(self, dest: int, source: int) -> bool:
         """Whether exchanges that send to ``dest`` and receive from ``source`` are left
@@ -164,8 +162,11 @@ class MPITransport:
             if not self._mpi.Request.Testall(requests):
                 self._wait(requests, peers)
         except self._mpi.Exception as exc:
-            raise PeerFailureError(f"MPI failed between rank {self.rank} and ranks "
-                                   f"{sorted(set(peers))}: {exc}") from None
+            raise self._failed(peers, exc) from None
+
+    def _failed(self, peers: list[int], exc: Exception) -> PeerFailureError:
+        return PeerFailureError(f"MPI failed between rank {self.rank} and ranks "
+                                f"{sorted(set(peers))}: {exc}")
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:
