@@ -7,8 +7,10 @@ reductions, and the engine's work outside them.
 The same ResNet-50 gradients and variants as benchmarks/engine.py (``single``: one
 buffer; ``views``: 161 views of one buffer, submitted async; ``fused``: 161 arrays of
 their own, submitted async), one step of each in turn. Every ring pass of the engine is
-timed, and inside it every message exchange (``sendrecv_parts``) and every reduction
-(the ufunc and the averaging); the rest of the ring is its bookkeeping, and the step's
+timed, and inside it every message exchange (``sendrecv_parts``; the two-level
+allreduce's ticks, ``sendrecv_together``; the waits of exchanges left in flight between
+hosts) and every reduction (the ufunc and the averaging); the rest of the ring is its
+bookkeeping, and the step's
 time outside the rings is the engine's: submission, negotiation, the batch's setup,
 completion. The table shows each column's median over the steps (ms), and each
 variant's rings against those of ``single``.
@@ -74,6 +76,14 @@ class Clock:
         transport = executor.t
         transport.sendrecv_parts = self.timing("transfers", transport.sendrecv_parts)
         transport.sendrecv = self.timing("transfers", transport.sendrecv)
+        # The two-level allreduce's ticks (both rings at once), and the exchanges a ring
+        # leaves in flight between hosts: the waits for their bytes are transfers too.
+        together = getattr(transport, "sendrecv_together", None)
+        if together is not None:
+            transport.sendrecv_together = self.timing("transfers", together)
+        start = getattr(transport, "start_sendrecv_parts", None)
+        if start is not None:
+            transport.start_sendrecv_parts = self._started(start)
         reducer = executor.reducer
         allreduce: Any = reducer.allreduce
 
@@ -84,6 +94,29 @@ class Clock:
                       key)
 
         reducer.allreduce = self.timing("rings", timed)
+
+    def _started(self, start: Callable[..., Any]) -> Callable[..., Any]:
+        """``start_sendrecv_parts`` timed, and the exchange it leaves in flight with its
+        waits timed (an exchange it could not leave in flight returns None, as before)."""
+        timed_start = self.timing("transfers", start)
+
+        def started(*args: Any, **kwargs: Any) -> Any:
+            flight = timed_start(*args, **kwargs)
+            return None if flight is None else _TimedFlight(flight, self.timing)
+
+        return started
+
+
+class _TimedFlight:
+    """An exchange in flight (:class:`gcurun.runtime.api.InFlight`) whose waits count as
+    transfers."""
+
+    __slots__ = ("received", "wait")
+
+    def __init__(self, flight: Any, timing: Callable[[str, Callable[..., Any]],
+                                                     Callable[..., Any]]) -> None:
+        self.received = timing("transfers", flight.received)
+        self.wait = timing("transfers", flight.wait)
 
 
 def main(argv: list[str]) -> None:
