@@ -200,11 +200,13 @@ def test_ctrl_c_cancels_the_step_gracefully_and_leaves_nothing(running, tmp_path
              timeout=15)
 
 
-def test_plain_srun_of_a_multi_task_step_stops_one_rank_worlds(slurm_jobs):
+def test_plain_srun_of_a_multi_task_step_stops_one_rank_worlds(slurm_jobs, tmp_path):
     # Without --mpi=pmix each task would be an MPI world of its own and train alone.
+    # (Open MPI's one-rank worlds leave their session folders under TMPDIR, even after a
+    # clean exit: under the test's folder, not the machine's /tmp.)
     done = slurm_jobs.run(["srun", "-N2", "-n2", "--label", sys.executable, "-c",
                            "import gcurun.runtime as h; h.init(); print('alone', h.size())"],
-                          timeout=SECONDS)
+                          timeout=SECONDS, env=slurm_jobs.env(TMPDIR=str(tmp_path)))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "alone" not in done.stdout
     for task in (0, 1):
