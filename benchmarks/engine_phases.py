@@ -10,10 +10,9 @@ their own, submitted async), one step of each in turn. Every ring pass of the en
 timed, and inside it every message exchange (``sendrecv_parts``; the two-level
 allreduce's ticks, ``sendrecv_together``; the waits of exchanges left in flight between
 hosts) and every reduction (the ufunc and the averaging); the rest of the ring is its
-bookkeeping, and the step's
-time outside the rings is the engine's: submission, negotiation, the batch's setup,
-completion. The table shows each column's median over the steps (ms), and each
-variant's rings against those of ``single``.
+bookkeeping, and the step's time outside the rings is the engine's: submission,
+negotiation, the batch's setup, completion. The table shows each column's median over
+the steps (ms), and each variant's rings against those of ``single``.
 """
 
 from __future__ import annotations
