@@ -33,10 +33,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -244,11 +246,17 @@ def describe_processes(procs: list[psutil.Process]) -> list[str]:
 
 
 class Runner:
-    """Runs rounds against one namespace cluster, in a scratch directory."""
+    """Runs rounds against one namespace cluster, in a scratch directory.
+
+    mpirun's daemons on the hosts keep their session folders under ``daemons``: a daemon
+    killed by a round cannot remove its folder, which would stay in the machine's /tmp
+    (the hosts share it). The folder's path is short, as PMIx's socket paths under it
+    must be (at most 107 bytes); :func:`run_rounds` removes it."""
 
     def __init__(self, cluster, scratch: Path) -> None:
         self.cluster = cluster
         self.scratch = scratch
+        self.daemons = Path(tempfile.mkdtemp(prefix="chaos-"))
 
     def command(self, r: Round, directory: Path) -> list[str]:
         hosts = ",".join(f"{h}:{n}" for h, n in LAYOUTS[r.kind])
@@ -256,7 +264,8 @@ class Runner:
         if r.kind != "local":
             args += ["--ssh-config", str(self.cluster.ssh_config)]
         if r.kind == "mpi":
-            args += ["--mpi", "--network-interface", f"{self.cluster.subnet_prefix}.0/24"]
+            args += ["--mpi", "--network-interface", f"{self.cluster.subnet_prefix}.0/24",
+                     "--mpi-args", f"--prtemca prte_remote_tmpdir_base {self.daemons}"]
         if r.condition in ("full-disk", "blocked-console"):
             args += ["-x", "CHAOS_CHATTY"]
         if r.condition == "full-disk":
@@ -524,14 +533,17 @@ class CutLink(Condition):
 def run_rounds(cluster, scratch: Path, rounds: list[Round]) -> list[Verdict]:
     runner = Runner(cluster, scratch)
     verdicts = []
-    for r in rounds:
-        verdict = runner.run(r)
-        print(f"{r.describe()}: exit {verdict.exit_code} (expected {verdict.expected_code}), "
-              f"{len(verdict.survivors)} survivors, launcher peak "
-              f"{verdict.peak_rss / 2**20:.0f} MB"
-              + ("" if verdict.right_cause else ", root cause line missing")
-              + "".join(f", {p}" for p in verdict.problems), flush=True)
-        verdicts.append(verdict)
+    try:
+        for r in rounds:
+            verdict = runner.run(r)
+            print(f"{r.describe()}: exit {verdict.exit_code} (expected "
+                  f"{verdict.expected_code}), {len(verdict.survivors)} survivors, launcher "
+                  f"peak {verdict.peak_rss / 2**20:.0f} MB"
+                  + ("" if verdict.right_cause else ", root cause line missing")
+                  + "".join(f", {p}" for p in verdict.problems), flush=True)
+            verdicts.append(verdict)
+    finally:
+        shutil.rmtree(runner.daemons, ignore_errors=True)
     return verdicts
 
 
