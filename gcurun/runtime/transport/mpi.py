@@ -103,8 +103,7 @@ class MPITransport:
             if not mpi.Request.Testall(requests):
                 self._wait(requests, [source] * len(recvs) + [dest] * len(sends))
         except mpi.Exception as exc:
-            raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
-                                   f"{source if recvs else dest}: {exc}") from None
+            raise self._failed(source if recvs else dest, exc) from None
 
     def sendrecv_together(self, exchanges: Sequence[tuple[Sequence[Buffer], int,
                                                           Sequence[Buffer], int]]) -> None:
@@ -143,8 +142,7 @@ class MPITransport:
         try:
             receives, sending = self._start(sends, dest, recvs, source)
         except self._mpi.Exception as exc:
-            raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
-                                   f"{source if recvs else dest}: {exc}") from None
+            raise self._failed(source if recvs else dest, exc) from None
         return _Flight(self, receives, [buf.nbytes for buf in recvs], source, sending, dest)
 
     def _start(self, sends: list[Buffer], dest: int, recvs: list[Buffer],
@@ -164,9 +162,11 @@ class MPITransport:
         except self._mpi.Exception as exc:
             raise self._failed(peers, exc) from None
 
-    def _failed(self, peers: list[int], exc: Exception) -> PeerFailureError:
-        return PeerFailureError(f"MPI failed between rank {self.rank} and ranks "
-                                f"{sorted(set(peers))}: {exc}")
+    def _failed(self, peers: int | list[int], exc: Exception) -> PeerFailureError:
+        """The error of an MPI call that failed between this rank and ``peers`` (one
+        rank, or those of several messages)."""
+        who = f"rank {peers}" if isinstance(peers, int) else f"ranks {sorted(set(peers))}"
+        return PeerFailureError(f"MPI failed between rank {self.rank} and {who}: {exc}")
 
     def prepare_sendrecv(self, sendbuf: Buffer, dest: int, recvbuf: Buffer,
                          source: int) -> Callable[[], None]:
@@ -204,8 +204,7 @@ class MPITransport:
                         return
                 finish_send()
             except exception as exc:
-                raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
-                                       f"{source}: {exc}") from None
+                raise self._failed(source, exc) from None
 
         self._persistent[run] = (receive, send)
         return run
@@ -242,8 +241,7 @@ class MPITransport:
                 peers = ([source] if recv_bytes else []) + ([dest] if send_bytes else [])
                 self._wait(requests, peers)
         except self._mpi.Exception as exc:
-            raise PeerFailureError(f"MPI failed between rank {self.rank} and rank "
-                                   f"{source if recv_bytes else dest}: {exc}") from None
+            raise self._failed(source if recv_bytes else dest, exc) from None
 
     def _wait(self, requests: list, peers: list[int]) -> None:
         """Poll until done: spin (the latency of a peer that keeps up; the CPU yielded
