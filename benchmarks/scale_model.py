@@ -8,8 +8,10 @@ ResNet-50's step time and scaling efficiency at 8 to 1,024 ranks.
 ``--fit`` takes the ``--json`` files of benchmarks/cluster_allreduce.py (any layouts,
 repeated runs pooled: a size's time is the median of the runs' medians), ``--engine``
 those of ``benchmarks/engine.py --hosts``, ``--training`` those of
-benchmarks/cluster_training.py (gcurun-tcp's training steps, predicted as the measured
-step without communication plus the gradients' fused allreduce).
+benchmarks/cluster_training.py (gcurun-tcp's training steps across hosts, predicted as
+the measured step without communication plus the gradients' fused allreduce and, with
+``--overhead-from`` (cluster_training.py runs with a layout of one host), each model's
+step overhead measured there: what its step took beyond those two without a link).
 
 The model (every term a message or a byte of gcurun's own algorithms):
 
@@ -49,7 +51,7 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -324,15 +326,61 @@ def read_training(paths: Iterable[Path]) -> list[Point]:
                 runs.items(), key=lambda kv: (kv[0][0].hosts, kv[0][0].per_host, kv[0][1]))]
 
 
-def training_step_seconds(model: Model, point: Point) -> float:
+def training_step_seconds(model: Model, point: Point,
+                          overhead: Mapping[str, float] | None = None) -> float:
     """A training step of gcurun-tcp: the step without communication, then the gradients'
     allreduce (one fused call: every model here is under the fusion threshold) on the
     path gcurun takes (two levels where a layout has several hosts of several ranks), none
-    of it taken as hidden behind the backward pass."""
+    of it taken as hidden behind the backward pass. With ``overhead`` (seconds per step
+    for each training variant, :func:`step_overheads`), that too: the work a step does
+    for its gradients beyond the allreduce (hooks, the engine's cycles, handing tensors
+    over and back, on the cores that also compute), as measured on one host."""
     calls = max(1, math.ceil(point.nbytes / FUSION_BYTES))
-    return point.floor + sum(
+    return point.floor + (overhead or {}).get(point.variant, 0.0) + sum(
         allreduce_seconds(model, point.nbytes / calls, point.layout, point.two_levels,
                           single_tensor=False) for _ in range(calls))
+
+
+@dataclass(frozen=True)
+class StepOverhead:
+    """One training variant's step overhead, from runs on one host: per run, its step
+    less its floor and the modelled allreduce; the median is the model's."""
+
+    variant: str
+    layout: Layout
+    floor: float                # the median run's floor and step (seconds)
+    seconds: float
+    allreduce: float            # modelled, on that layout
+    per_run: tuple[float, ...]
+
+    @property
+    def overhead(self) -> float:
+        return statistics.median(self.per_run)
+
+
+def step_overheads(model: Model, paths: Sequence[Path]) -> list[StepOverhead]:
+    """Each training variant's step overhead from the layouts of one host (1 x N) in
+    benchmarks/cluster_training.py JSON files, one run each: there no link is crossed,
+    so what a step takes beyond its floor and its allreduce through shared memory is
+    the work it does for its gradients on the cores that also compute."""
+    runs: dict[str, list[tuple[float, Point]]] = {}
+    for path in paths:
+        for point in read_training([path]):
+            if point.layout.hosts == 1:
+                value = point.seconds - training_step_seconds(model, point)
+                runs.setdefault(point.variant, []).append((value, point))
+    if not runs:
+        raise SystemExit(f"--overhead-from {' '.join(map(str, paths))}: no layout of one "
+                         "host in them; make them with benchmarks/cluster_training.py "
+                         "--layouts 1x2")
+    found = []
+    for variant, values in sorted(runs.items()):
+        values.sort(key=lambda pair: pair[0])
+        _, middle = values[(len(values) - 1) // 2]
+        found.append(StepOverhead(variant, middle.layout, middle.floor, middle.seconds,
+                                  training_step_seconds(model, middle) - middle.floor,
+                                  tuple(value for value, _ in values)))
+    return found
 
 
 def read_engine(paths: Iterable[Path]) -> list[Point]:
@@ -439,9 +487,10 @@ def is_fit_point(point: Point) -> bool:
     return point.variant.startswith("gcurun-tcp") and not point.two_levels
 
 
-def predict(model: Model, point: Point) -> float:
+def predict(model: Model, point: Point,
+            overhead: Mapping[str, float] | None = None) -> float:
     if point.variant.startswith("train-"):
-        return training_step_seconds(model, point)
+        return training_step_seconds(model, point, overhead)
     if point.variant.startswith("resnet50-"):
         return resnet_step_seconds(model, point.layout, point.variant[len("resnet50-"):])
     return allreduce_seconds(model, point.nbytes, point.layout, point.two_levels)
@@ -550,7 +599,8 @@ def parameter_table(model: Model, link_bits: int) -> list[str]:
     ]
 
 
-def check_table(model: Model, points: Sequence[Point]
+def check_table(model: Model, points: Sequence[Point],
+                overhead: Mapping[str, float] | None = None
                 ) -> tuple[list[str], list[tuple[int, float]]]:
     """Measured beside predicted for every point, and the predictions' (bytes, relative
     error)."""
@@ -558,7 +608,7 @@ def check_table(model: Model, points: Sequence[Point]
              "| --- | --- | --- | --- | --- | --- | --- |"]
     errors = []
     for point in points:
-        predicted = predict(model, point)
+        predicted = predict(model, point, overhead)
         error = predicted / point.seconds - 1
         role = "fit" if is_fit_point(point) else "prediction"
         if role == "prediction" and not point.variant.startswith("train-"):
@@ -582,24 +632,54 @@ def summary_lines(errors: Sequence[tuple[int, float]]) -> list[str]:
     return lines
 
 
-def training_lines(model: Model, points: Sequence[Point]) -> list[str]:
-    """Training steps measured beside predicted, and how many within ERROR_LIMIT."""
+def training_lines(model: Model, points: Sequence[Point],
+                   overhead: Mapping[str, float] | None = None) -> list[str]:
+    """Training steps measured beside predicted, and how many within ERROR_LIMIT; with
+    ``overhead``, beside the prediction without it as well."""
     chosen = [p for p in points if p.variant.startswith("train-")]
     if not chosen:
         return []
-    lines = ["| layout | model | gradients | floor ms | measured ms (runs' range) | model ms "
-             "| error |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    errors = []
+    head = "| layout | model | gradients | floor ms | measured ms (runs' range) | model ms " \
+           "| error |"
+    if overhead:
+        head += " without the overhead ms | error |"
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    errors, without = [], []
     for point in chosen:
-        predicted = predict(model, point)
+        predicted = predict(model, point, overhead)
         errors.append(predicted / point.seconds - 1)
-        lines.append(f"| {point.layout.label} | {point.variant[len('train-'):]} | "
-                     f"{point.nbytes / 1e6:.1f} MB | {point.floor * 1e3:.1f} | "
-                     f"{point.seconds * 1e3:.1f} ({point.low * 1e3:.1f}-"
-                     f"{point.high * 1e3:.1f}) | {predicted * 1e3:.1f} | {errors[-1]:+.0%} |")
+        line = (f"| {point.layout.label} | {point.variant[len('train-'):]} | "
+                f"{point.nbytes / 1e6:.1f} MB | {point.floor * 1e3:.1f} | "
+                f"{point.seconds * 1e3:.1f} ({point.low * 1e3:.1f}-"
+                f"{point.high * 1e3:.1f}) | {predicted * 1e3:.1f} | {errors[-1]:+.0%} |")
+        if overhead:
+            bare = predict(model, point)
+            without.append(bare / point.seconds - 1)
+            line += f" {bare * 1e3:.1f} | {without[-1]:+.0%} |"
+        lines.append(line)
+    lines += ["", _within("Training steps", errors)]
+    if overhead:
+        lines.append(_within("Without the overhead", without))
+    return lines
+
+
+def _within(what: str, errors: Sequence[float]) -> str:
     within = sum(abs(e) <= ERROR_LIMIT for e in errors)
-    return [*lines, "", f"Training steps within {ERROR_LIMIT:.0%}: {within} of {len(errors)} "
-            f"(errors {min(errors):+.0%} to {max(errors):+.0%})."]
+    return (f"{what} within {ERROR_LIMIT:.0%}: {within} of {len(errors)} (errors "
+            f"{min(errors):+.0%} to {max(errors):+.0%}).")
+
+
+def overhead_lines(overheads: Sequence[StepOverhead]) -> list[str]:
+    """The step overheads and the one-host runs they come from."""
+    lines = ["| model | layout | runs | floor ms, median run | step ms, median run | allreduce "
+             "(model) ms | overhead ms (runs' range) |", "| --- | --- | --- | --- | --- | "
+             "--- | --- |"]
+    for o in overheads:
+        lines.append(f"| {o.variant[len('train-'):]} | {o.layout.label} | {len(o.per_run)} | "
+                     f"{o.floor * 1e3:.1f} | {o.seconds * 1e3:.1f} | {o.allreduce * 1e3:.1f} "
+                     f"| {o.overhead * 1e3:.1f} ({min(o.per_run) * 1e3:.1f} to "
+                     f"{max(o.per_run) * 1e3:.1f}) |")
+    return lines
 
 
 def streaming_line(model: Model) -> str:
@@ -662,7 +742,7 @@ def as_fitted_lines(model: Model, link_bits: int, assume: Assumptions) -> list[s
 
 
 def plot(path: Path, model: Model, points: Sequence[Point], link_bits: int,
-         assume: Assumptions) -> None:
+         assume: Assumptions, overhead: Mapping[str, float] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -672,7 +752,7 @@ def plot(path: Path, model: Model, points: Sequence[Point], link_bits: int,
     for role, marker in (("fit", "o"), ("prediction", "^")):
         chosen = [p for p in points if (is_fit_point(p)) == (role == "fit")]
         left.scatter([p.seconds * 1e3 for p in chosen],
-                     [predict(model, p) * 1e3 for p in chosen], marker=marker, s=18,
+                     [predict(model, p, overhead) * 1e3 for p in chosen], marker=marker, s=18,
                      label=f"{role} ({len(chosen)})")
     low = min(p.seconds for p in points) * 1e3 / 1.5
     high = max(p.seconds for p in points) * 1e3 * 1.5
@@ -723,6 +803,10 @@ def main(argv: Sequence[str]) -> int:
                         help="JSON files of benchmarks/engine.py --hosts --json")
     parser.add_argument("--training", type=Path, nargs="*", default=[],
                         help="JSON files of benchmarks/cluster_training.py --json")
+    parser.add_argument("--overhead-from", type=Path, nargs="*", default=[],
+                        help="JSON files of benchmarks/cluster_training.py runs with a "
+                             "layout of one host (--layouts 1x2,...), one run each: each "
+                             "model's step overhead, which the --training predictions add")
     parser.add_argument("--compute-ms", type=float, default=COMPUTE_MS,
                         help=f"ResNet-50's compute per step (default {COMPUTE_MS:.1f}: 256 "
                              "images at 2,470 images/s, NVIDIA's A100 mixed-precision figure)")
@@ -742,7 +826,8 @@ def main(argv: Sequence[str]) -> int:
                              "and shared memory instead")
     parser.add_argument("--reduce-gbytes", type=float, default=None,
                         help="reduction bandwidth (default: the one the --fit files recorded)")
-    parser.add_argument("--plot", type=Path, default=None, help="write the figure here (PNG)")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="write the figure here (PNG; needs matplotlib)")
     parser.add_argument("--json", type=Path, default=None, help="write the model here")
     args = parser.parse_args(list(argv))
     if not 0 <= args.overlap <= 1 or args.compute_ms <= 0:
@@ -752,19 +837,25 @@ def main(argv: Sequence[str]) -> int:
     if args.reduce_gbytes is not None:
         reduce = args.reduce_gbytes * 1e9
     model = fit([p for p in points if is_fit_point(p)], reduce, cores)
-    points += read_engine(args.engine) + read_training(args.training)
+    overheads = step_overheads(model, args.overhead_from) if args.overhead_from else []
+    overhead = {o.variant: o.overhead for o in overheads}
+    # (A layout of one host in a training run is the overheads' measurement, not a check.)
+    points += read_engine(args.engine) + [p for p in read_training(args.training)
+                                          if p.layout.hosts > 1]
     assume = AS_FITTED if args.as_fitted else Assumptions(
         args.compute_ms, args.overlap, args.net_latency_us, args.shm_latency_us,
         args.shm_gbytes, args.call_overhead_us)
     if args.as_fitted:
         assume = replace(assume, compute_ms=args.compute_ms, overlap=args.overlap)
-    checks, errors = check_table(model, points)
+    checks, errors = check_table(model, points, overhead)
     summary = summary_lines(errors)
     out = ["## Fitted parameters", "", *parameter_table(model, link_bits), "",
            "## The model beside the measurements", "", *checks, "",
            *summary, "", streaming_line(model), "",
+           *(["## Step overheads (benchmarks/cluster_training.py on one host)", "",
+              *overhead_lines(overheads), ""] if overheads else []),
            *(["## Training steps across hosts (benchmarks/cluster_training.py, predicted)",
-              "", *training_lines(model, points), ""] if args.training else []),
+              "", *training_lines(model, points, overhead), ""] if args.training else []),
            "## Extrapolation: ResNet-50 (assumptions in docs/scaling.md)", "",
            assumption_line(model, link_bits, assume), "",
            *extrapolation_table(model, link_bits, assume), "",
@@ -779,7 +870,7 @@ def main(argv: Sequence[str]) -> int:
            *as_fitted_lines(model, link_bits, assume)]
     print("\n".join(out))
     if args.plot is not None:
-        plot(args.plot, model, points, link_bits, assume)
+        plot(args.plot, model, points, link_bits, assume, overhead)
     if args.json is not None:
         args.json.write_text(json.dumps({"model": asdict(model), "link_rate_bits": link_bits,
                                          "assumptions": asdict(assume)}, indent=1) + "\n")

@@ -24,6 +24,7 @@ from benchmarks.scale_model import (
     resnet50_sizes,
     scaled_model,
     step,
+    step_overheads,
 )
 
 MODEL = Model(call_overhead=100e-6, shm_latency=20e-6, shm_bandwidth=4e9, net_latency=50e-6,
@@ -155,3 +156,60 @@ def test_the_command_predicts_the_training_steps_it_is_given(tmp_path, capsys):
     assert "## Training steps across hosts" in out
     assert f"| 2x1 | mlp | 4.0 MB | 100.0 | {step_seconds * 1e3:.1f} (" in out
     assert "Training steps within 15%: 1 of 1 (errors +0% to +0%)." in out
+
+
+def _training_file(path, layout, step_seconds, floor=0.1, nbytes=4_000_000):
+    """A cluster_training.py JSON of one layout and the MLP alone."""
+    path.write_text(json.dumps({"one_rank_seconds": {"mlp": 0.09}, "layouts": [
+        {"hosts": layout.hosts, "ranks_per_host": layout.per_host, "cores": 2,
+         "link_rate_bits": 2_000_000_000,
+         "models": {"mlp": {"params": nbytes // 4, "batch": 64, "times": {
+             "gcurun-tcp": [step_seconds] * 3, "ddp": [0.3] * 3, "floor": [floor] * 3}}}}]}))
+    return path
+
+
+def test_the_overhead_is_what_one_host_takes_beyond_floor_and_allreduce(tmp_path):
+    """Three one-host runs whose steps exceed floor + allreduce by 10, 20 and 40 ms: the
+    overhead is the median run's, and a cross-host step's prediction adds it."""
+    shm = allreduce_seconds(MODEL, 4_000_000, Layout(1, 2), single_tensor=False)
+    files = [_training_file(tmp_path / f"one-{ms}.json", Layout(1, 2), 0.1 + ms / 1e3 + shm)
+             for ms in (40, 10, 20)]
+    (overhead,) = step_overheads(MODEL, files)
+    assert overhead.variant == "train-mlp" and overhead.layout == Layout(1, 2)
+    assert sorted(overhead.per_run) == pytest.approx([0.01, 0.02, 0.04])
+    assert overhead.overhead == pytest.approx(0.02)
+    assert overhead.seconds == pytest.approx(0.12 + shm)
+    assert overhead.allreduce == pytest.approx(shm)
+    across = Point(Layout(2, 1), "train-mlp", 4_000_000, 0.5, 0.5, 0.5, 1, floor=0.3)
+    assert predict(MODEL, across, {"train-mlp": 0.02}) == pytest.approx(
+        predict(MODEL, across) + 0.02)
+
+
+def test_overheads_need_a_run_on_one_host(tmp_path):
+    path = _training_file(tmp_path / "across.json", Layout(2, 1), 0.5)
+    with pytest.raises(SystemExit, match="no layout of one host"):
+        step_overheads(MODEL, [path])
+
+
+def test_the_command_adds_the_overhead_and_shows_both_predictions(tmp_path, capsys):
+    fit_file = tmp_path / "calib.json"
+    fit_file.write_text(json.dumps({"reduce_bandwidth": MODEL.reduce_bandwidth, "layouts": [
+        {"hosts": layout.hosts, "ranks_per_host": layout.per_host, "cores": 2,
+         "link_rate_bits": 2_000_000_000, "rows": [
+             {"nbytes": n, "variant": "gcurun-tcp", "calls": 1, "checked_turns": 1,
+              "seconds": [allreduce_seconds(MODEL, n, layout)] * 3}
+             for n in (4 << 10, 64 << 10, 256 << 10, 1 * MIB, 16 * MIB)]}
+        for layout in (Layout(1, 2), Layout(2, 1))]}))
+    shm = allreduce_seconds(MODEL, 4_000_000, Layout(1, 2), single_tensor=False)
+    one_host = _training_file(tmp_path / "one.json", Layout(1, 2), 0.13 + shm)
+    link = allreduce_seconds(MODEL, 4_000_000, Layout(2, 1), single_tensor=False)
+    across = _training_file(tmp_path / "across.json", Layout(2, 1), 0.13 + link)
+    # A run holding both layouts: its one-host layout is no check of the prediction.
+    assert main(["--fit", str(fit_file), "--overhead-from", str(one_host),
+                 "--training", str(across), str(one_host)]) == 0
+    out = capsys.readouterr().out
+    assert "## Step overheads" in out and "| mlp | 1x2 | 1 |" in out
+    assert "| 30.0 (30.0 to 30.0) |" in out
+    assert "| 1x2 | mlp |" not in out.split("## Training steps")[1]
+    assert "Training steps within 15%: 1 of 1 (errors +0% to +0%)." in out
+    assert "Without the overhead within 15%: 0 of 1" in out
