@@ -363,23 +363,23 @@ def step_overheads(model: Model, paths: Sequence[Path]) -> list[StepOverhead]:
     benchmarks/cluster_training.py JSON files, one run each: there no link is crossed,
     so what a step takes beyond its floor and its allreduce through shared memory is
     the work it does for its gradients on the cores that also compute."""
-    runs: dict[str, list[tuple[float, Point]]] = {}
+    runs: dict[str, list[tuple[float, Point, float]]] = {}
     for path in paths:
         for point in read_training([path]):
             if point.layout.hosts == 1:
-                value = point.seconds - training_step_seconds(model, point)
-                runs.setdefault(point.variant, []).append((value, point))
+                allreduce = training_step_seconds(model, point) - point.floor
+                value = point.seconds - point.floor - allreduce
+                runs.setdefault(point.variant, []).append((value, point, allreduce))
     if not runs:
         raise SystemExit(f"--overhead-from {' '.join(map(str, paths))}: no layout of one "
                          "host in them; make them with benchmarks/cluster_training.py "
                          "--layouts 1x2")
     found = []
     for variant, values in sorted(runs.items()):
-        values.sort(key=lambda pair: pair[0])
-        _, middle = values[(len(values) - 1) // 2]
+        values.sort(key=lambda entry: entry[0])
+        _, middle, allreduce = values[(len(values) - 1) // 2]
         found.append(StepOverhead(variant, middle.layout, middle.floor, middle.seconds,
-                                  training_step_seconds(model, middle) - middle.floor,
-                                  tuple(value for value, _ in values)))
+                                  allreduce, tuple(value for value, _, _ in values)))
     return found
 
 
