@@ -29,13 +29,16 @@ from gcurun.runtime.transport._waiting import (
 from gcurun.runtime.transport.shm import NAP_MAX_SECONDS, Channel
 
 POLL_IN, POLL_OUT = select.POLLIN, select.POLLOUT
+# A wait asleep on a socket wakes once this much of the message it receives has come
+# (or all of it), not for every packet of a message that trickles in at a link's rate.
+WAKE_BYTES = 1 << 16
 
 
 class Link:
     """A connection to one peer."""
 
     __slots__ = ("sock", "peer", "pid", "pull", "pushed", "channel", "sends", "recvs",
-                 "hung_up")
+                 "hung_up", "wake_bytes")
 
     def __init__(self, sock: socket.socket, peer: int, pid: int, pull: bool, pushed: bool,
                  channel: Channel | None):
@@ -50,6 +53,7 @@ class Link:
         # The peer closed its end of the doorbell socket: it left, though its last
         # bytes may still be waiting in the ring.
         self.hung_up = False
+        self.wake_bytes = 1         # the socket's SO_RCVLOWAT
 
     def close(self) -> None:
         self.sock.close()
@@ -174,7 +178,15 @@ class Mover:
         return bool(poll(0))
 
     def _wait(self, links: list[Link], last_moved: float) -> None:
-        """Return when a link of ``links`` may move (or to re-check the deadline)."""
+        """Return when a link of ``links`` may move (or to re-check the deadline).
+
+        A wait that has shared-memory rings among its links spins, then sleeps (see
+        :mod:`._waiting`). One on sockets alone (peers on other hosts, or shared memory
+        turned off) sleeps at once: the kernel wakes it when the bytes it waits for have
+        come (see :meth:`_wake_after`), where a spin would look with a system call each
+        time while a large message trickles in at the link's rate, and on a host whose
+        cores are all busy would run beside the training thread for the whole transfer.
+        """
         poller = select.poll()
         sockets = False
         for link in links:
@@ -183,10 +195,15 @@ class Mover:
                 if events:
                     poller.register(link.sock, events)
                     sockets = True
+                if link.recvs:
+                    self._wake_after(link)
         poll = poller.poll if sockets else _never
+        rings = any(link.channel is not None for link in links)
+        spin = self._spin.seconds if rings else 0.0
         while True:
             if self._ready(links, poll):
-                self._spin.ended(time.monotonic() - last_moved)
+                if rings:
+                    self._spin.ended(time.monotonic() - last_moved)
                 if self.blocked is not None:
                     self.blocked = None
                 return
@@ -199,8 +216,8 @@ class Mover:
             waited = time.monotonic() - last_moved
             if waited > self.timeout:
                 raise self._timeout(links)
-            if waited > self._spin.seconds:
-                if yield_ran_others():
+            if waited > spin:
+                if rings and yield_ran_others():
                     continue        # a busy host: keep yielding (see _waiting)
                 break
             if waited > YIELD_AFTER_SECONDS:
@@ -209,7 +226,21 @@ class Mover:
         if blocked is None or blocked.since != last_moved:
             self.blocked = Blocked(_stuck(links), last_moved)
         self._sleep(links, poller, waited)
-        self._spin.ended(time.monotonic() - last_moved)
+        if rings:
+            self._spin.ended(time.monotonic() - last_moved)
+
+    def _wake_after(self, link: Link) -> None:
+        """Have ``link``'s socket read as readable only once the rest of the message it
+        receives has come, or ``WAKE_BYTES`` of it (``SO_RCVLOWAT``; a receive still
+        takes what has come, and the end of the connection still wakes)."""
+        op = link.recvs[0]
+        wanted = max(1, min(len(op[0]) - op[1], WAKE_BYTES))
+        if wanted != link.wake_bytes:
+            try:
+                link.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, wanted)
+            except OSError as exc:
+                raise self._broken(link, exc) from None
+            link.wake_bytes = wanted
 
     def _sleep(self, links: list[Link], poller: Any, waited: float) -> None:
         rings = [link for link in links if link.channel is not None

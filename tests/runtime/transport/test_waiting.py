@@ -87,6 +87,66 @@ def test_a_tcp_wait_for_a_late_peer_sleeps_after_a_short_spin(
         theirs.close()
 
 
+def test_a_wait_on_sockets_alone_sleeps_at_once_even_on_a_busy_host(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Peers on other hosts answer through the kernel, which wakes a sleeping wait: it
+    neither spins nor yields in a loop while yields run other threads (on a host whose
+    cores were all busy, that loop kept one busy for a whole transfer)."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    mover = links.Mover(10.0, lambda: None, lambda peer, what: AssertionError(what))
+    link = links.Link(ours, 1, 0, False, False, None)
+    polled = _record_polls(monkeypatch)
+    yields: list[int] = []
+    monkeypatch.setattr(links, "yield_ran_others", lambda: yields.append(1) or True)
+    try:
+        for _ in range(WAITS):
+            link.recvs.append([memoryview(bytearray(1)), 0, None])
+            answer = threading.Timer(LATE, theirs.send, (b"x",))
+            answer.start()
+            mover.progress([link])
+            answer.join()
+        assert yields == [] and sum(polled) > 0.8 * WAITS * LATE, (yields, polled)
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_sleeping_socket_wait_wakes_per_64_kib_not_per_packet(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message that trickles in (a shaped link) wakes its wait when the rest of it, or
+    64 KiB, has come: a few times, not once per packet."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    sender = socket.create_connection(listener.getsockname())
+    sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    ours, _ = listener.accept()
+    ours.setblocking(False)
+    mover = links.Mover(10.0, lambda: None, lambda peer, what: AssertionError(what))
+    link = links.Link(ours, 1, 0, False, False, None)
+    message = bytes(range(256)) * ((2 * links.WAKE_BYTES + 4000) // 256)
+    got = bytearray(len(message))
+    link.recvs.append([memoryview(got), 0, None])
+    piece = 1000
+
+    def trickle() -> None:
+        for start in range(0, len(message), piece):
+            sender.sendall(message[start:start + piece])
+            time.sleep(0.0005)
+
+    wakes = _count_wakes(monkeypatch)
+    peer = threading.Thread(target=trickle)
+    peer.start()
+    try:
+        mover.progress([link])
+        assert got == message
+        # ~130 pieces: without SO_RCVLOWAT nearly every one woke the wait.
+        assert len(wakes) <= 8, len(wakes)
+    finally:
+        peer.join()
+        for sock in (ours, sender, listener):
+            sock.close()
+
+
 @pytest.mark.skipif(not shm.available(), reason="shared-memory rings need Linux on x86-64")
 def test_a_peer_that_leaves_right_after_its_last_bytes_is_no_failure() -> None:
     """A peer writes its last message into the ring, rings the doorbell and closes its
@@ -163,3 +223,25 @@ def _record_polls(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
     monkeypatch.setattr(links.select, "poll", Poll)
     return polled
+
+
+def _count_wakes(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The poll() calls that slept (a timeout given) and woke with an event."""
+    wakes: list[float] = []
+    real_poll = links.select.poll
+
+    class Poll:
+        def __init__(self) -> None:
+            self._poll = real_poll()
+
+        def register(self, *args: Any) -> None:
+            self._poll.register(*args)
+
+        def poll(self, timeout: int | None = None) -> list:
+            events = self._poll.poll(timeout)
+            if timeout and events:
+                wakes.append(time.monotonic())
+            return events
+
+    monkeypatch.setattr(links.select, "poll", Poll)
+    return wakes
