@@ -4,8 +4,8 @@ A peer's single-copy read (:mod:`gcurun.runtime.transport.cma`) pins every page 
 the 4 KiB pages a program's allocator hands out for tensors of a few MiB that costs about
 as much again as the copy itself. When the engine meets a large buffer it asks the kernel
 to collapse the 2 MiB regions under it into transparent huge pages (``MADV_COLLAPSE``,
-Linux 6.1): the bytes stay where they are, only their backing changes, and every later
-step reads them at the huge-page rate. No mapping's advice is changed: the kernel
+Linux 6.1): the addresses stay, the kernel copies the bytes onto huge pages, and every
+later step reads them at the huge-page rate. No mapping's advice is changed: the kernel
 refuses regions of memory a program advised against huge pages, and regions that cross
 into another mapping; those stay as they were. A region at either end of a tensor is
 shared with its neighbour, whose untouched pages then become resident too: at most
