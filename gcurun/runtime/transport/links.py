@@ -188,17 +188,18 @@ class Mover:
         cores are all busy would run beside the training thread for the whole transfer.
         """
         poller = select.poll()
-        sockets = False
+        sockets = rings = False
         for link in links:
-            if link.channel is None:
-                events = (POLL_IN if link.recvs else 0) | (POLL_OUT if link.sends else 0)
-                if events:
-                    poller.register(link.sock, events)
-                    sockets = True
-                if link.recvs:
-                    self._wake_after(link)
+            if link.channel is not None:
+                rings = True
+                continue
+            events = (POLL_IN if link.recvs else 0) | (POLL_OUT if link.sends else 0)
+            if events:
+                poller.register(link.sock, events)
+                sockets = True
+            if link.recvs:
+                self._wake_after(link)
         poll = poller.poll if sockets else _never
-        rings = any(link.channel is not None for link in links)
         spin = self._spin.seconds if rings else 0.0
         while True:
             if self._ready(links, poll):
