@@ -69,7 +69,7 @@ def test_only_a_rank_with_a_peer_on_its_host_collapses_its_tensors(
     """A peer on this rank's host reads its large tensors where they lie (single-copy
     reads); a peer on another host gets them through a socket, and the kernel's copy of
     each new gradient onto huge pages bought nothing there (ResNet-18 at half width, 2
-    hosts: 8 ms of a rank's CPU a step)."""
+    hosts: about 10 ms of the engine's CPU a step)."""
     if not HugePages().enabled:
         pytest.skip("this kernel cannot collapse memory into huge pages (MADV_COLLAPSE)")
 

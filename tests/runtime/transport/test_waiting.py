@@ -208,4 +208,3 @@ def _record_polls(monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], list[fl
 
     monkeypatch.setattr(links.select, "poll", Poll)
     return polled, wakes
-
