@@ -89,9 +89,16 @@ class Calls(Cycles):
                     f"{op.title}: the job failed earlier ({self._failure}); call "
                     "shutdown() and init() to start again"))
         else:
+            first = not self._incoming
+            if first:
+                self._incoming_at = time.monotonic()
             self._incoming.extend(ops)
             self._incoming_names.update(op.name for op in ops if not op.auto)
-            if notify:
+            # Only the first of a cycle's ops moves the engine thread's next cycle (a
+            # cycle time after it; see Cycles._due): waking the thread for the others
+            # took the core from the backward pass that hands them over, once per
+            # gradient.
+            if notify and first:
                 self._lock.notify()
 
     def run_now(self, op: Op) -> Any:

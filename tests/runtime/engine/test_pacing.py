@@ -11,6 +11,7 @@ import pytest
 
 from gcurun.runtime.api import CollectiveTimeout, PeerFailureError, ReduceOp
 from gcurun.runtime.engine.background import Engine
+from gcurun.runtime.frontend import async_ops as ops
 from gcurun.runtime.frontend.collectives import Collectives
 from tests.runtime.engines import run_engines
 
@@ -66,3 +67,29 @@ def test_ranks_waiting_for_each_other_slow_their_cycles() -> None:
     assert any("no progress for 2 s" in message for _, message in results), results
     for cycles, _ in results:
         assert cycles < 10 * FEW, cycles
+
+
+def test_ops_submitted_within_a_cycle_time_of_the_first_share_its_cycle() -> None:
+    """A backward pass hands its gradients over one by one, a layer's bias and weight
+    a fraction of a millisecond apart: an idle engine waits a cycle time after the first
+    before it negotiates, so that those following run in the same cycle and batch
+    (Horovod's pace) instead of a negotiation each. A long cycle time here, so that the
+    engine thread's wake-up latency cannot blur the gap."""
+    def body(engine: Engine) -> tuple[int, int, list[list[int]]]:
+        comm = Collectives(engine)
+        comm.allreduce(np.ones(2), ReduceOp.SUM, name="warm")
+        stats = engine.executor.stats
+        batches, fused = stats["batches"], stats["fused"]
+        first = engine.submit([ops.allreduce_op(engine, np.full(3, engine.rank + 1),
+                                                op=ReduceOp.SUM, name="bias")])
+        time.sleep(0.02)
+        second = engine.submit([ops.allreduce_op(engine, np.full(5, engine.rank + 1),
+                                                 op=ReduceOp.SUM, name="weight")])
+        time.sleep(0.3)         # the engine thread runs the cycle, not synchronize()
+        results = [engine.synchronize(h).tolist() for h in (first, second)]
+        return stats["batches"] - batches, stats["fused"] - fused, results
+
+    out, _ = run_engines(2, body, cycle_time_ms=100.0)
+    for batches, fused, results in out:
+        assert results == [[3] * 3, [3] * 5]
+        assert (batches, fused) == (1, 2), out
