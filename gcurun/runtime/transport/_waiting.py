@@ -9,8 +9,9 @@ the longest spin) the spin is at least twice as long as that wait was, so a trai
 loop's exchanges end while spinning; after a long one it halves, so a rank waiting for
 a slow one spins briefly in each of its exchanges and sleeps through the rest.
 
-A ``tcp`` wait on sockets alone (peers on other hosts) does not spin: the kernel wakes it
-when the bytes it waits for have come (see :mod:`.links`).
+A ``tcp`` wait on sockets alone (peers on other hosts, or the rest of an exchange whose
+shared-memory part is done) does not spin: the kernel wakes it when the bytes it waits
+for have come (see :mod:`.links`).
 
 Past the spin, a wait keeps yielding instead of sleeping while its yields run other
 threads (the host is oversubscribed, and the peer it waits for may be the one that needs

@@ -180,23 +180,25 @@ class Mover:
     def _wait(self, links: list[Link], last_moved: float) -> None:
         """Return when a link of ``links`` may move (or to re-check the deadline).
 
-        A wait that has shared-memory rings among its links spins, then sleeps (see
-        :mod:`._waiting`). One on sockets alone (peers on other hosts, or shared memory
-        turned off) sleeps at once: the kernel wakes it when the bytes it waits for have
-        come (see :meth:`_wake_after`), where a spin would look with a system call each
-        time while a large message trickles in at the link's rate, and on a host whose
-        cores are all busy would run beside the training thread for the whole transfer.
+        A wait that has shared-memory rings with bytes still to move among its links
+        spins, then sleeps (see :mod:`._waiting`). One on sockets alone (peers on other
+        hosts, shared memory turned off, or rings whose part is done) sleeps at once: the
+        kernel wakes it when the bytes it waits for have come (see :meth:`_wake_after`),
+        where a spin would look with a system call each time while a large message
+        trickles in at the link's rate, and on a host whose cores are all busy would run
+        beside the training thread for the whole transfer.
         """
         poller = select.poll()
         sockets = rings = False
         for link in links:
+            if not (link.sends or link.recvs):
+                continue            # done: a finished ring does not make the wait spin
             if link.channel is not None:
                 rings = True
                 continue
-            events = (POLL_IN if link.recvs else 0) | (POLL_OUT if link.sends else 0)
-            if events:
-                poller.register(link.sock, events)
-                sockets = True
+            poller.register(link.sock, (POLL_IN if link.recvs else 0)
+                            | (POLL_OUT if link.sends else 0))
+            sockets = True
             if link.recvs:
                 self._wake_after(link)
         poll = poller.poll if sockets else _never

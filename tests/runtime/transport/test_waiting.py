@@ -93,6 +93,48 @@ def test_a_tcp_wait_on_sockets_alone_sleeps_at_once(monkeypatch: pytest.MonkeyPa
         theirs.close()
 
 
+@pytest.mark.skipif(not shm.available(), reason="shared-memory rings need Linux on x86-64")
+def test_a_wait_whose_rings_are_done_sleeps_on_its_sockets_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One exchange over a ring (a peer on this host) and a socket (a peer on another
+    host, as in the two-level allreduce's ticks): the ring's part ends at once, the
+    socket's comes late. The rest of the wait is on the socket alone, so it sleeps in
+    poll() as if no ring were there (it spun and then yielded in a loop on a busy host
+    until the socket's bytes came: a third of the engine's CPU on 2 x 2 ranks)."""
+    ring_ours, ring_theirs = socket.socketpair()
+    ours, theirs = socket.socketpair()
+    for sock in (ring_ours, ours):
+        sock.setblocking(False)
+    channel, fd = shm.Channel.create()
+    peer_channel = shm.Channel(fd, creator=False)
+    mover = links.Mover(10.0, lambda: None, lambda peer, what: AssertionError(what))
+    ring = links.Link(ring_ours, 1, 0, False, False, channel)
+    link = links.Link(ours, 2, 0, False, False, None)
+    polled, _ = _record_polls(monkeypatch)
+    yields: list[int] = []
+    monkeypatch.setattr(links, "yield_ran_others", lambda: yields.append(1) or True)
+    monkeypatch.setattr(links.os, "sched_yield", lambda: yields.append(1))
+    try:
+        for _ in range(WAITS):
+            got = bytearray(4)
+            ring.sends.append([memoryview(b"mine"), 0, None])
+            ring.recvs.append([memoryview(got), 0, None])
+            peer_channel.outgoing.write(memoryview(b"peer"))
+            link.recvs.append([memoryview(bytearray(1)), 0, None])
+            answer = threading.Timer(LATE, theirs.send, (b"x",))
+            answer.start()
+            mover.progress([ring, link])
+            answer.join()
+            assert bytes(got) == b"peer"
+            assert peer_channel.incoming.read_into(memoryview(bytearray(4))) == 4
+        assert yields == [] and sum(polled) > 0.8 * WAITS * LATE, (yields, polled)
+    finally:
+        for sock in (ring_ours, ring_theirs, ours, theirs):
+            sock.close()
+        peer_channel.close()
+        channel.close()
+
+
 def test_a_sleeping_socket_wait_wakes_per_64_kib_not_per_packet(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A message that trickles in (a shaped link) wakes its wait when the rest of it, or
