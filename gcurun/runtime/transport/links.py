@@ -189,12 +189,13 @@ class Mover:
         beside the training thread for the whole transfer.
         """
         poller = select.poll()
-        sockets = rings = False
+        sockets = False
+        rings: list[Link] = []      # those with bytes to move (a finished one: no spin)
         for link in links:
             if not (link.sends or link.recvs):
-                continue            # done: a finished ring does not make the wait spin
+                continue
             if link.channel is not None:
-                rings = True
+                rings.append(link)
                 continue
             poller.register(link.sock, (POLL_IN if link.recvs else 0)
                             | (POLL_OUT if link.sends else 0))
@@ -228,7 +229,7 @@ class Mover:
         blocked = self.blocked
         if blocked is None or blocked.since != last_moved:
             self.blocked = Blocked(_stuck(links), last_moved)
-        self._sleep(links, poller, waited)
+        self._sleep(links, rings, poller, waited)
         if rings:
             self._spin.ended(time.monotonic() - last_moved)
 
@@ -245,9 +246,10 @@ class Mover:
                 raise self._broken(link, exc) from None
             link.wake_bytes = wanted
 
-    def _sleep(self, links: list[Link], poller: Any, waited: float) -> None:
-        rings = [link for link in links if link.channel is not None
-                 and (link.sends or link.recvs)]
+    def _sleep(self, links: list[Link], rings: list[Link], poller: Any,
+               waited: float) -> None:
+        """Sleep in poll(): on the sockets ``poller`` holds, and on the doorbells of
+        ``rings`` (the shared-memory links of ``links`` with bytes to move)."""
         for link in rings:
             poller.register(link.sock, POLL_IN)
             self._set_sleeping(link, True)
